@@ -1,0 +1,39 @@
+# The two commands: `make serve` and `make test`. Everything else is what they need.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+CONFIG ?=
+SPECPROXY := $(BIN)/specproxy $(if $(CONFIG),--config $(CONFIG),)
+
+.PHONY: serve test provision system-deps lint bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $@
+
+# Build tools for llama-server and the Prometheus server the metric tests scrape with.
+system-deps:
+	@./scripts/system-deps.sh
+
+provision: $(STAMP) system-deps
+	$(SPECPROXY) provision
+
+serve: provision
+	$(SPECPROXY) serve
+
+test: $(STAMP) system-deps
+	$(BIN)/specproxy --config tests/configs/test.yaml provision
+	$(BIN)/pytest -ra
+
+lint: $(STAMP)
+	$(BIN)/ruff check proxy tests loadtests scripts
+	$(BIN)/ruff format --check proxy tests loadtests scripts
+	$(BIN)/mypy
+
+bench: provision
+	$(SPECPROXY) bench
+
+clean:
+	rm -rf $(VENV)

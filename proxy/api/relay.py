@@ -1,0 +1,155 @@
+"""Relay: forward one request to a llama-server and its answer back, measuring as it passes."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from proxy.api.errors import ApiError
+
+
+@dataclass
+class Measurement:
+    """What the relay saw of one request: status, first-token time and llama.cpp's timings."""
+
+    status: int = 0
+    ttft_s: float | None = None
+    duration_s: float = 0.0
+    timings: dict[str, Any] = field(default_factory=dict)
+    usage: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+
+def _upstream_down(backend: str, exc: BaseException) -> ApiError:
+    return ApiError(
+        502,
+        f"backend {backend!r} failed: {exc.__class__.__name__}: {exc}; "
+        "retry, or pin another backend with `model`",
+        code="upstream_error",
+    )
+
+
+def _sse_error(message: str, code: str) -> bytes:
+    payload = {"error": {"message": message, "type": "upstream_error", "code": code}}
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+async def relay(
+    request: web.Request,
+    session: aiohttp.ClientSession,
+    backend: str,
+    url: str,
+    body: dict[str, Any],
+    headers: Mapping[str, str],
+) -> tuple[web.StreamResponse, Measurement]:
+    """POST body to url and return the answer (SSE relayed chunk by chunk) with measurements."""
+    measured = Measurement()
+    start = time.monotonic()
+    try:
+        upstream = await session.post(url, json=body)
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise _upstream_down(backend, exc) from exc
+    try:
+        measured.status = upstream.status
+        if not body.get("stream") or upstream.status != 200:
+            response = await _relay_whole(upstream, headers, measured, backend)
+        else:
+            response = await _relay_stream(request, upstream, headers, measured, start, backend)
+    finally:
+        measured.duration_s = time.monotonic() - start
+        # close(), not release(): a half-read answer must drop the connection, which is what
+        # tells llama-server to stop generating and free the slot.
+        upstream.close()
+    return response, measured
+
+
+async def _relay_whole(
+    upstream: aiohttp.ClientResponse,
+    headers: Mapping[str, str],
+    measured: Measurement,
+    backend: str,
+) -> web.Response:
+    try:
+        raw = await upstream.read()
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise _upstream_down(backend, exc) from exc
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        measured.timings = data.get("timings") or {}
+        measured.usage = data.get("usage") or {}
+        if upstream.status >= 400:
+            err = data.get("error")
+            measured.error = err.get("message") if isinstance(err, dict) else str(err)
+    return web.Response(
+        status=upstream.status,
+        body=raw,
+        content_type=upstream.content_type or "application/json",
+        headers=headers,
+    )
+
+
+async def _relay_stream(
+    request: web.Request,
+    upstream: aiohttp.ClientResponse,
+    headers: Mapping[str, str],
+    measured: Measurement,
+    start: float,
+    backend: str,
+) -> web.StreamResponse:
+    response = web.StreamResponse(
+        status=200,
+        headers={
+            **headers,
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            # Tells nginx and similar not to buffer the stream.
+            "X-Accel-Buffering": "no",
+        },
+    )
+    await response.prepare(request)
+    pending = b""
+    try:
+        async for chunk in upstream.content.iter_any():
+            if measured.ttft_s is None:
+                measured.ttft_s = time.monotonic() - start
+            await response.write(chunk)
+            pending = _scan_events(pending + chunk, measured)
+    except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+        measured.error = "client disconnected"
+        return response
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        measured.error = f"{exc.__class__.__name__}: {exc}"
+        measured.status = 502
+        try:
+            await response.write(_sse_error(f"backend {backend!r} failed mid-stream: {exc}", "upstream_error"))
+        except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+            return response
+    try:
+        await response.write_eof()
+    except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+        measured.error = "client disconnected"
+    return response
+
+
+def _scan_events(buffer: bytes, measured: Measurement) -> bytes:
+    """Pick timings/usage out of complete SSE lines; return the incomplete tail."""
+    *lines, tail = buffer.split(b"\n")
+    for line in lines:
+        if line.startswith(b"data: {") and (b'"timings"' in line or b'"usage"' in line):
+            try:
+                event = json.loads(line[6:])
+            except ValueError:
+                continue
+            if isinstance(event, dict):
+                measured.timings = event.get("timings") or measured.timings
+                measured.usage = event.get("usage") or measured.usage
+    return tail

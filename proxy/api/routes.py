@@ -1,0 +1,155 @@
+"""HTTP handlers: the OpenAI endpoints, /v1/models and /health."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+from aiohttp import web
+
+from proxy.api.errors import ApiError
+from proxy.api.relay import relay
+from proxy.api.state import POOL, ROUTER, SESSION, SETTINGS
+from proxy.api.validation import Endpoint, validate_body
+from proxy.log import get_logger
+from proxy.routing.router import AUTO_MODEL, AUTO_TASK_MODELS, NoBackendError, UnknownModelError
+from proxy.routing.scoreboard import Outcome
+
+log = get_logger("request")
+_PATHS: dict[Endpoint, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+
+
+async def _read_json(request: web.Request) -> Any:
+    raw = await request.read()
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ApiError(400, "the request body is not valid UTF-8", code="invalid_encoding") from None
+    except ValueError as exc:
+        raise ApiError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from None
+
+
+async def _complete(request: web.Request, endpoint: Endpoint) -> web.StreamResponse:
+    body = validate_body(await _read_json(request), endpoint)
+    app = request.app
+    router, pool = app[ROUTER], app[POOL]
+    model = body.get("model") or AUTO_MODEL
+    try:
+        task = router.task_for(body, model, request.headers.get("X-Specproxy-Task"))
+        backend, choice = router.choose(model, task, list(pool))
+    except ValueError as exc:
+        raise ApiError(400, str(exc), code="invalid_task", param="X-Specproxy-Task") from None
+    except UnknownModelError:
+        ids = ", ".join([AUTO_MODEL, *AUTO_TASK_MODELS, *pool.names])
+        raise ApiError(
+            404, f"model {model!r} does not exist; use one of: {ids}", code="model_not_found", param="model"
+        ) from None
+    except NoBackendError as exc:
+        raise ApiError(
+            503, f"{exc}; retry shortly (see GET /health)", code="backend_unavailable",
+            headers={"Retry-After": "2"},
+        ) from None
+    supervisor = pool.get(backend.name)
+    assert supervisor is not None
+    request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex[:16]
+    headers = {
+        "X-Specproxy-Backend": backend.name,
+        "X-Specproxy-Task": task,
+        "X-Specproxy-Route": choice.reason,
+        "X-Request-Id": request_id,
+    }
+    upstream_body = {**body, "model": backend.name}
+    supervisor.in_flight += 1
+    try:
+        response, measured = await relay(
+            request, app[SESSION], backend.name, supervisor.base_url + _PATHS[endpoint],
+            upstream_body, headers,
+        )
+    except ApiError:
+        supervisor.mark_down()
+        raise
+    finally:
+        supervisor.in_flight -= 1
+    timings = measured.timings
+    outcome = Outcome(
+        backend=backend.name,
+        task=task,
+        level=choice.level,
+        tokens_per_s=timings.get("predicted_per_second"),
+        ttft_s=measured.ttft_s,
+        predicted_n=int(timings.get("predicted_n", 0)),
+        draft_n=int(timings.get("draft_n", 0)),
+        draft_n_accepted=int(timings.get("draft_n_accepted", 0)),
+    )
+    if measured.status == 200 and measured.error is None:
+        router.record(outcome)
+    log.info(
+        "request",
+        request_id=request_id,
+        endpoint=endpoint,
+        backend=backend.name,
+        task=task,
+        route=choice.reason,
+        level=choice.level,
+        status=measured.status,
+        stream=bool(body.get("stream")),
+        tokens=outcome.predicted_n,
+        tokens_per_s=round(outcome.tokens_per_s, 1) if outcome.tokens_per_s else None,
+        acceptance=round(outcome.draft_n_accepted / outcome.draft_n, 3) if outcome.draft_n else None,
+        ttft_s=round(measured.ttft_s, 3) if measured.ttft_s is not None else None,
+        duration_s=round(measured.duration_s, 3),
+        error=measured.error,
+        **({"body": body} if app[SETTINGS].log_prompts else {}),
+    )
+    return response
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    """POST /v1/chat/completions."""
+    return await _complete(request, "chat")
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    """POST /v1/completions."""
+    return await _complete(request, "completions")
+
+
+async def list_models(request: web.Request) -> web.Response:
+    """GET /v1/models: the routing ids and every backend by name."""
+    created = int(time.time())
+    pool = request.app[POOL]
+    ids = [AUTO_MODEL, *AUTO_TASK_MODELS, *pool.names]
+    data = [{"id": i, "object": "model", "created": created, "owned_by": "specproxy"} for i in ids]
+    return web.json_response({"object": "list", "data": data})
+
+
+async def health(request: web.Request) -> web.Response:
+    """GET /health: the proxy's state and each backend's; 200 if any backend is ready."""
+    pool = request.app[POOL]
+    backends = {
+        b.name: {
+            "state": b.state,
+            "kind": b.spec.config.kind,
+            "spec_type": b.spec_type,
+            "url": b.base_url,
+            "pid": b.pid,
+            "restarts": b.restarts,
+            "in_flight": b.in_flight,
+        }
+        for b in pool
+    }
+    ready = sum(1 for b in pool if b.ready)
+    status = "ok" if ready == len(pool) else "degraded" if ready else "unavailable"
+    return web.json_response(
+        {"status": status, "backends": backends}, status=200 if ready else 503
+    )
+
+
+def add_routes(app: web.Application) -> None:
+    """Register every endpoint."""
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_get("/v1/models", list_models)
+    app.router.add_get("/health", health)

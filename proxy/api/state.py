@@ -1,0 +1,15 @@
+"""Typed keys for the long-lived objects the aiohttp application holds."""
+
+from __future__ import annotations
+
+import aiohttp
+from aiohttp import web
+
+from proxy.backends.pool import BackendPool
+from proxy.config import Settings
+from proxy.routing.router import Router
+
+SETTINGS = web.AppKey("settings", Settings)
+POOL = web.AppKey("pool", BackendPool)
+ROUTER = web.AppKey("router", Router)
+SESSION = web.AppKey("session", aiohttp.ClientSession)

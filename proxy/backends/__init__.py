@@ -1,0 +1,1 @@
+"""Backends: llama-server processes, their command lines, model checks and supervision."""

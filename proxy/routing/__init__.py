@@ -1,0 +1,1 @@
+"""Routing: classify the task, keep measured speeds, choose the backend."""

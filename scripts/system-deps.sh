@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs, once, the Debian packages provisioning and tests need: build tools and Prometheus.
+set -euo pipefail
+need=()
+for pair in cmake:cmake g++:g++ ninja:ninja-build ccache:ccache prometheus:prometheus; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair##*:}")
+done
+[ ${#need[@]} -eq 0 ] && exit 0
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "specproxy: please install: ${need[*]} (or set SPECPROXY_LLAMA_SERVER to your llama-server)" >&2
+  exit 1
+fi
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+echo "[specproxy] installing Debian packages: ${need[*]}" >&2
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

@@ -1,0 +1,181 @@
+"""The OpenAI API through the proxy, called with the official client against real backends."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import openai
+import pytest
+
+from tests.conftest import RunningProxy, get_json
+
+HELLO = [{"role": "user", "content": "Say hello in five words."}]
+
+
+def test_chat_completion_names_the_backend_and_keeps_timings(client: openai.OpenAI) -> None:
+    raw = client.chat.completions.with_raw_response.create(
+        model="auto", messages=HELLO, max_tokens=16, temperature=0
+    )
+    completion = raw.parse()
+    assert raw.headers["x-specproxy-backend"] in {"plain", "draft", "ngram"}
+    assert raw.headers["x-specproxy-task"] in {"code", "prose", "echo"}
+    assert completion.choices[0].message.content
+    assert completion.usage is not None and 0 < completion.usage.completion_tokens <= 16
+    timings = json.loads(raw.text)["timings"]
+    assert timings["predicted_n"] == completion.usage.completion_tokens
+    assert timings["predicted_per_second"] > 0
+
+
+def test_streamed_chat_arrives_in_chunks_with_timings(client: openai.OpenAI) -> None:
+    with client.chat.completions.with_streaming_response.create(
+        model="plain", messages=HELLO, max_tokens=24, temperature=0, stream=True,
+        stream_options={"include_usage": True},
+    ) as response:
+        assert response.headers["x-specproxy-backend"] == "plain"
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = [line for line in response.iter_lines() if line.startswith("data: ")]
+    payloads = [json.loads(e[6:]) for e in events if e != "data: [DONE]"]
+    text = "".join(
+        (p["choices"][0]["delta"].get("content") or "") for p in payloads if p.get("choices")
+    )
+    assert len(payloads) > 3 and text
+    assert events[-1] == "data: [DONE]"
+    assert any("timings" in p for p in payloads), "llama.cpp's timings must survive streaming"
+    usage = [p["usage"] for p in payloads if p.get("usage")]
+    assert usage and usage[-1]["completion_tokens"] > 0
+
+
+def test_stream_with_the_client_iterator(client: openai.OpenAI) -> None:
+    stream = client.chat.completions.create(
+        model="auto", messages=HELLO, max_tokens=16, temperature=0, stream=True
+    )
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    assert text.strip()
+
+
+async def test_async_client_stream_and_non_stream(async_client: openai.AsyncOpenAI) -> None:
+    completion = await async_client.chat.completions.create(
+        model="draft", messages=HELLO, max_tokens=16, temperature=0
+    )
+    assert completion.choices[0].message.content
+    stream = await async_client.chat.completions.create(
+        model="ngram", messages=HELLO, max_tokens=16, temperature=0, stream=True
+    )
+    pieces = [c.choices[0].delta.content or "" async for c in stream if c.choices]
+    assert "".join(pieces).strip()
+    await async_client.close()
+
+
+@pytest.mark.parametrize("backend", ["plain", "draft", "ngram"])
+def test_pinning_by_name(client: openai.OpenAI, backend: str) -> None:
+    raw = client.chat.completions.with_raw_response.create(
+        model=backend, messages=HELLO, max_tokens=8, temperature=0
+    )
+    assert raw.headers["x-specproxy-backend"] == backend
+    assert raw.headers["x-specproxy-route"] == "pinned"
+
+
+def test_draft_backend_reports_drafts(client: openai.OpenAI) -> None:
+    raw = client.chat.completions.with_raw_response.create(
+        model="draft", messages=[{"role": "user", "content": "Count from 1 to 30."}],
+        max_tokens=64, temperature=0,
+    )
+    timings = json.loads(raw.text)["timings"]
+    # SmolLM2 drafting for itself: every drafted token is accepted.
+    assert timings["draft_n"] > 0
+    assert timings["draft_n_accepted"] / timings["draft_n"] > 0.9
+
+
+def test_legacy_completions(client: openai.OpenAI) -> None:
+    raw = client.completions.with_raw_response.create(
+        model="auto", prompt="def fibonacci(n):", max_tokens=16, temperature=0
+    )
+    completion = raw.parse()
+    assert raw.headers["x-specproxy-task"] == "code"
+    assert completion.choices[0].text
+
+
+def test_legacy_completions_stream(client: openai.OpenAI) -> None:
+    stream = client.completions.create(
+        model="plain", prompt="Once upon a time", max_tokens=16, temperature=0, stream=True
+    )
+    assert "".join(c.choices[0].text for c in stream if c.choices).strip()
+
+
+def test_models_lists_auto_and_backends(client: openai.OpenAI) -> None:
+    ids = [m.id for m in client.models.list()]
+    assert ids[:4] == ["auto", "auto-code", "auto-prose", "auto-echo"]
+    assert set(ids[4:]) == {"plain", "draft", "ngram"}
+
+
+def test_health_shows_every_backend(proxy: RunningProxy) -> None:
+    status, body = get_json(f"{proxy.url}/health")
+    assert status == 200 and body["status"] == "ok"
+    backends = body["backends"]
+    assert isinstance(backends, dict)
+    assert {b["spec_type"] for b in backends.values()} == {None, "draft-simple", "ngram-mod"}
+    assert all(b["state"] == "ready" and b["pid"] for b in backends.values())
+
+
+def test_task_override_by_header_and_model_id(client: openai.OpenAI) -> None:
+    raw = client.chat.completions.with_raw_response.create(
+        model="auto-echo", messages=HELLO, max_tokens=4
+    )
+    assert raw.headers["x-specproxy-task"] == "echo"
+    raw = client.chat.completions.with_raw_response.create(
+        model="auto", messages=HELLO, max_tokens=4, extra_headers={"X-Specproxy-Task": "code"}
+    )
+    assert raw.headers["x-specproxy-task"] == "code"
+
+
+def test_unknown_model_is_404_in_openai_format(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError) as exc:
+        client.chat.completions.create(model="gpt-9", messages=HELLO)
+    assert exc.value.code == "model_not_found"
+    assert "auto" in exc.value.message and "plain" in exc.value.message
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"messages": []}, "messages"),
+        ({"messages": "hi"}, "messages"),
+        ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
+        ({"messages": HELLO, "max_tokens": -5}, "max_tokens"),
+        ({"messages": HELLO, "max_tokens": "ten"}, "max_tokens"),
+        ({"messages": HELLO, "stream": "yes"}, "stream"),
+        ({"messages": HELLO, "model": 7}, "model"),
+    ],
+)
+def test_bad_requests_are_400_in_openai_format(
+    client: openai.OpenAI, body: dict[str, object], param: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.post("/chat/completions", body=body, cast_to=object)
+    assert exc.value.status_code == 400
+    error = exc.value.body
+    assert isinstance(error, dict) and error["param"] == param and error["message"]
+
+
+def _post_raw(proxy: RunningProxy, path: str, data: bytes) -> tuple[int, dict[str, object]]:
+    req = urllib.request.Request(
+        f"{proxy.url}{path}", data=data, headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, json.load(resp)
+    except urllib.error.HTTPError as err:
+        return err.code, json.load(err)
+
+
+def test_malformed_json_and_bad_utf8(proxy: RunningProxy) -> None:
+    status, body = _post_raw(proxy, "/v1/chat/completions", b'{"messages": [')
+    assert status == 400 and body["error"]["code"] == "invalid_json"  # type: ignore[index]
+    status, body = _post_raw(proxy, "/v1/chat/completions", b'{"messages": "\xff\xfe"}')
+    assert status == 400 and body["error"]["code"] == "invalid_encoding"  # type: ignore[index]
+
+
+def test_unknown_path_is_404_in_openai_format(proxy: RunningProxy) -> None:
+    status, body = get_json(f"{proxy.url}/v1/engines")
+    assert status == 404 and "error" in body

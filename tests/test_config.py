@@ -1,0 +1,75 @@
+"""Configuration: the embedded default, env overrides, and errors that name the field and fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from proxy.config import ConfigError, load_settings
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_embedded_default_is_the_cpu_trio_on_loopback() -> None:
+    settings = load_settings()
+    assert settings.host == "127.0.0.1"
+    assert [(b.name, b.kind, b.spec_type) for b in settings.backends] == [
+        ("plain", "plain", None),
+        ("draft", "draft-simple", "draft-simple"),
+        ("ngram", "ngram", "ngram-mod"),
+    ]
+    assert {b.model for b in settings.backends} == {"qwen2.5-coder-1.5b"}
+    assert settings.backends[1].draft_model == "qwen2.5-coder-0.5b"
+    assert settings.log_prompts is False
+
+
+def test_environment_overrides_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECPROXY_PORT", "9191")
+    monkeypatch.setenv("SPECPROXY_LLAMA_SERVER", "/opt/llama/bin/llama-server")
+    settings = load_settings()
+    assert settings.port == 9191
+    assert settings.llama_server == Path("/opt/llama/bin/llama-server")
+
+
+def test_overrides_beat_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECPROXY_PORT", "9191")
+    assert load_settings(port=7000).port == 7000
+
+
+def test_external_backend_by_url(tmp_path: Path) -> None:
+    cfg = write(tmp_path, "backends:\n  - {name: remote, url: 'http://10.0.0.5:8080/'}\n")
+    backend = load_settings(cfg).backends[0]
+    assert backend.url == "http://10.0.0.5:8080" and not backend.supervised
+
+
+@pytest.mark.parametrize(
+    ("yaml", "expected"),
+    [
+        ("backends:\n  - {name: d, kind: draft-simple, model: m}\n", "needs `draft_model`"),
+        ("backends:\n  - {name: p}\n", "set `model`"),
+        ("backends:\n  - {name: auto, model: m}\n", "reserved"),
+        ("backends:\n  - {name: 'bad name', model: m}\n", "must be 1-64 characters"),
+        ("backends:\n  - {name: a, model: m}\n  - {name: a, model: m}\n", "repeated: a"),
+        ("backends:\n  - {name: a, model: m, kind: mtp}\n", "backends.0.kind"),
+        ("backends:\n  - {name: a, model: m, draft_n_max: 0}\n", "backends.0.draft_n_max"),
+        ("backends:\n  - {name: a, model: m, ngram_variant: ngram-foo}\n", "ngram-mod"),
+        ("backends:\n  - {name: a, model: m, draft_model: m}\n", "uses no draft model"),
+        ("backends:\n  - {name: a, model: m, tokens: 3}\n", "backends.0.tokens"),
+        ("backends: []\n", "backends"),
+        ("port: -1\nbackends:\n  - {name: a, model: m}\n", "port"),
+    ],
+)
+def test_invalid_config_names_field_and_fix(tmp_path: Path, yaml: str, expected: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        load_settings(write(tmp_path, yaml))
+    assert expected in str(exc.value)
+
+
+def test_missing_config_file_says_so(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_settings(tmp_path / "nope.yaml")
