@@ -4,6 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CONFIG ?=
+TEST_MODELS := qwen2.5-coder-0.5b qwen2.5-coder-1.5b gemma3-270m
 SPECPROXY := $(BIN)/specproxy $(if $(CONFIG),--config $(CONFIG),)
 
 .PHONY: serve test provision system-deps lint bench clean
@@ -24,7 +25,7 @@ serve: provision
 	$(SPECPROXY) serve
 
 test: $(STAMP) system-deps
-	$(BIN)/specproxy --config tests/configs/test.yaml provision
+	$(BIN)/specproxy --config tests/configs/test.yaml provision $(TEST_MODELS)
 	$(BIN)/pytest -ra
 
 lint: $(STAMP)

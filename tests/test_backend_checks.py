@@ -44,14 +44,16 @@ def test_wrong_pairs_are_refused(target: Path, draft: Path) -> None:
 
 @needs_models
 def test_wrong_pair_error_names_both_files(tmp_path: Path) -> None:
-    cfg = BackendConfig(
-        name="bad", kind="draft-simple", model=str(QWEN_15), draft_model=str(SMOL)
-    )
+    cfg = BackendConfig(name="bad", kind="draft-simple", model=str(QWEN_15), draft_model=str(SMOL))
     settings = Settings(backends=[cfg], cache_dir=tmp_path)
     with pytest.raises(BackendConfigError) as exc:
         prepare_backend(cfg, settings, Path("/bin/true"))
     message = str(exc.value)
-    assert str(QWEN_15) in message and str(SMOL) in message and "vocabulary sizes 49152 and 151936" in message
+    assert (
+        str(QWEN_15) in message
+        and str(SMOL) in message
+        and "vocabulary sizes 49152 and 151936" in message
+    )
 
 
 @needs_models
@@ -74,7 +76,7 @@ def test_not_a_gguf_file(tmp_path: Path) -> None:
 
 def test_missing_model_file_lists_catalog(tmp_path: Path) -> None:
     cfg = BackendConfig(name="x", model=str(tmp_path / "nope.gguf"))
-    with pytest.raises(BackendConfigError, match="qwen2.5-coder-1.5b"):
+    with pytest.raises(BackendConfigError, match=r"qwen2\.5-coder-1\.5b"):
         prepare_backend(cfg, Settings(backends=[cfg], cache_dir=tmp_path), Path("/bin/true"))
 
 
@@ -94,8 +96,15 @@ def test_argv_plain_is_loopback_with_metrics_and_no_speculation() -> None:
 
 def test_argv_draft_simple() -> None:
     argv = _argv(
-        kind="draft-simple", draft_model="d", draft_n_max=8, draft_n_min=1, draft_p_min=0.5,
-        gpu_layers="all", draft_gpu_layers=0, draft_device="none", extra_args=["--flash-attn", "on"],
+        kind="draft-simple",
+        draft_model="d",
+        draft_n_max=8,
+        draft_n_min=1,
+        draft_p_min=0.5,
+        gpu_layers="all",
+        draft_gpu_layers=0,
+        draft_device="none",
+        extra_args=["--flash-attn", "on"],
     )
     joined = " ".join(argv)
     assert "--spec-type draft-simple --spec-draft-model /m/draft.gguf" in joined

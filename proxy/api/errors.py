@@ -46,7 +46,9 @@ class ApiError(Exception):
         return {
             "error": {
                 "message": self.message,
-                "type": _TYPES.get(self.status, "api_error" if self.status >= 500 else "invalid_request_error"),
+                "type": _TYPES.get(
+                    self.status, "api_error" if self.status >= 500 else "invalid_request_error"
+                ),
                 "param": self.param,
                 "code": self.code,
             }
@@ -84,4 +86,6 @@ async def openai_errors(request: web.Request, handler: Handler) -> web.StreamRes
         return ApiError(exc.status, message, code=exc.reason.lower().replace(" ", "_")).response()
     except Exception:
         log.exception("unhandled error", path=request.path)
-        return ApiError(500, "internal proxy error; see the proxy log", code="internal_error").response()
+        return ApiError(
+            500, "internal proxy error; see the proxy log", code="internal_error"
+        ).response()

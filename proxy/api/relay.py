@@ -55,6 +55,7 @@ async def relay(
         upstream = await session.post(url, json=body)
     except (aiohttp.ClientError, TimeoutError) as exc:
         raise _upstream_down(backend, exc) from exc
+    response: web.StreamResponse
     try:
         measured.status = upstream.status
         if not body.get("stream") or upstream.status != 200:
@@ -130,7 +131,9 @@ async def _relay_stream(
         measured.error = f"{exc.__class__.__name__}: {exc}"
         measured.status = 502
         try:
-            await response.write(_sse_error(f"backend {backend!r} failed mid-stream: {exc}", "upstream_error"))
+            await response.write(
+                _sse_error(f"backend {backend!r} failed mid-stream: {exc}", "upstream_error")
+            )
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):
             return response
     try:

@@ -26,9 +26,13 @@ async def _read_json(request: web.Request) -> Any:
     try:
         return json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
-        raise ApiError(400, "the request body is not valid UTF-8", code="invalid_encoding") from None
+        raise ApiError(
+            400, "the request body is not valid UTF-8", code="invalid_encoding"
+        ) from None
     except ValueError as exc:
-        raise ApiError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from None
+        raise ApiError(
+            400, f"the request body is not valid JSON: {exc}", code="invalid_json"
+        ) from None
 
 
 async def _complete(request: web.Request, endpoint: Endpoint) -> web.StreamResponse:
@@ -44,11 +48,16 @@ async def _complete(request: web.Request, endpoint: Endpoint) -> web.StreamRespo
     except UnknownModelError:
         ids = ", ".join([AUTO_MODEL, *AUTO_TASK_MODELS, *pool.names])
         raise ApiError(
-            404, f"model {model!r} does not exist; use one of: {ids}", code="model_not_found", param="model"
+            404,
+            f"model {model!r} does not exist; use one of: {ids}",
+            code="model_not_found",
+            param="model",
         ) from None
     except NoBackendError as exc:
         raise ApiError(
-            503, f"{exc}; retry shortly (see GET /health)", code="backend_unavailable",
+            503,
+            f"{exc}; retry shortly (see GET /health)",
+            code="backend_unavailable",
             headers={"Retry-After": "2"},
         ) from None
     supervisor = pool.get(backend.name)
@@ -64,8 +73,12 @@ async def _complete(request: web.Request, endpoint: Endpoint) -> web.StreamRespo
     supervisor.in_flight += 1
     try:
         response, measured = await relay(
-            request, app[SESSION], backend.name, supervisor.base_url + _PATHS[endpoint],
-            upstream_body, headers,
+            request,
+            app[SESSION],
+            backend.name,
+            supervisor.base_url + _PATHS[endpoint],
+            upstream_body,
+            headers,
         )
     except ApiError:
         supervisor.mark_down()
@@ -97,7 +110,9 @@ async def _complete(request: web.Request, endpoint: Endpoint) -> web.StreamRespo
         stream=bool(body.get("stream")),
         tokens=outcome.predicted_n,
         tokens_per_s=round(outcome.tokens_per_s, 1) if outcome.tokens_per_s else None,
-        acceptance=round(outcome.draft_n_accepted / outcome.draft_n, 3) if outcome.draft_n else None,
+        acceptance=round(outcome.draft_n_accepted / outcome.draft_n, 3)
+        if outcome.draft_n
+        else None,
         ttft_s=round(measured.ttft_s, 3) if measured.ttft_s is not None else None,
         duration_s=round(measured.duration_s, 3),
         error=measured.error,
@@ -142,9 +157,7 @@ async def health(request: web.Request) -> web.Response:
     }
     ready = sum(1 for b in pool if b.ready)
     status = "ok" if ready == len(pool) else "degraded" if ready else "unavailable"
-    return web.json_response(
-        {"status": status, "backends": backends}, status=200 if ready else 503
-    )
+    return web.json_response({"status": status, "backends": backends}, status=200 if ready else 503)
 
 
 def add_routes(app: web.Application) -> None:

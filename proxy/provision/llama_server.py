@@ -84,7 +84,7 @@ def _build(cache_dir: Path, build: Path, index: str) -> None:
     if not any((build / f).is_file() for f in ("build.ninja", "Makefile")):
         say(f"configuring llama.cpp build {LLAMA_CPP_BUILD} in {build}")
         _run([cmake, "-S", str(source), "-B", str(build), "-G", generator, *_CMAKE_FLAGS])
-    say("building llama-server (about 10 minutes on 2 cores the first time; cached afterwards)")
+    say("building llama-server (about 13 minutes on 2 cores the first time; cached afterwards)")
     jobs = str(os.cpu_count() or 2)
     progress = Progress("compiling llama-server", None, unit="steps")
     _run([cmake, "--build", str(build), "--target", "llama-server", "-j", jobs], progress)

@@ -46,15 +46,17 @@ def write_tiny_mtp_model(
     tmp = Path(tmp_name)
     try:
         writer = gguf.GGUFWriter(tmp, _ARCH)
-        token_types = _copy_tokenizer(writer, tokenizer_source)
-        _add_hparams(writer, n_vocab=len(token_types))
-        rng = np.random.default_rng(seed)
-        for name, array in _tensors(rng, token_types, eh_proj_noise).items():
-            writer.add_tensor(name, array)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
+        try:
+            token_types = _copy_tokenizer(writer, tokenizer_source)
+            _add_hparams(writer, n_vocab=len(token_types))
+            rng = np.random.default_rng(seed)
+            for name, array in _tensors(rng, token_types, eh_proj_noise).items():
+                writer.add_tensor(name, array)
+            writer.write_header_to_file()
+            writer.write_kv_data_to_file()
+            writer.write_tensors_to_file()
+        finally:
+            writer.close()
         # mkstemp creates the file 0600; the server may run as another user.
         tmp.chmod(0o644)
         os.replace(tmp, path)

@@ -41,13 +41,12 @@ class Router:
         """The task class: header override, then `auto-<task>` model id, then the classifier."""
         if header_task:
             if header_task not in TASK_CLASSES:
-                raise ValueError(
-                    f"X-Specproxy-Task must be one of {', '.join(TASK_CLASSES)}, not {header_task!r}"
-                )
-            return header_task
+                classes = ", ".join(TASK_CLASSES)
+                raise ValueError(f"X-Specproxy-Task must be one of {classes}, not {header_task!r}")
+            return str(header_task)
         if model in AUTO_TASK_MODELS:
-            return AUTO_TASK_MODELS[model]
-        return self.classifier.classify(body)
+            return str(AUTO_TASK_MODELS[model])
+        return str(self.classifier.classify(body))
 
     def choose(
         self, model: str, task: str, backends: Sequence[RoutableBackend]

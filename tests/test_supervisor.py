@@ -1,0 +1,125 @@
+"""Backend supervision with real llama-server processes: restarts, shutdown, no orphans."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.conftest import ROOT, RunningProxy, start_proxy
+
+ONE_BACKEND = """
+restart_backoff_initial_s: 0.2
+health_interval_s: 0.5
+backends:
+  - {name: solo, kind: plain, model: smollm2-135m, threads: 1, ctx_size: 1024}
+"""
+
+
+def alive(pid: int) -> bool:
+    """Whether pid is a running (not zombie) process."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in status
+
+
+def wait_for(condition, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.fixture
+def solo(tmp_path: Path) -> RunningProxy:
+    config = tmp_path / "solo.yaml"
+    config.write_text(ONE_BACKEND)
+    running = start_proxy(config, tmp_path / "proxy.log")
+    running.wait_ready()
+    yield running  # type: ignore[misc]
+    running.stop()
+
+
+def test_killed_backend_is_restarted_and_pinned_requests_get_503(solo: RunningProxy) -> None:
+    client = openai.OpenAI(base_url=f"{solo.url}/v1", api_key="x", max_retries=0)
+    pid = solo.backend_pids()["solo"]
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: solo.health()["backends"]["solo"]["state"] != "ready", 5, "backend down")  # type: ignore[index]
+    with pytest.raises(openai.APIStatusError) as exc:
+        client.chat.completions.create(
+            model="solo", messages=[{"role": "user", "content": "hi"}], max_tokens=4
+        )
+    assert exc.value.status_code == 503
+    assert exc.value.response.headers["retry-after"]
+    wait_for(lambda: solo.health()["status"] == "ok", 60, "backend restarted")
+    backend = solo.health()["backends"]["solo"]  # type: ignore[index]
+    assert backend["restarts"] == 1 and backend["pid"] != pid  # type: ignore[index]
+    reply = client.chat.completions.create(
+        model="solo", messages=[{"role": "user", "content": "hi"}], max_tokens=4
+    )
+    assert reply.choices[0].message.content is not None
+
+
+def test_no_llama_server_outlives_a_sigkilled_proxy(solo: RunningProxy) -> None:
+    pid = solo.backend_pids()["solo"]
+    assert alive(pid)
+    solo.process.kill()
+    solo.process.wait()
+    wait_for(lambda: not alive(pid), 5, f"llama-server {pid} to die with the proxy")
+
+
+def test_sigterm_stops_backends_and_exits_cleanly(solo: RunningProxy) -> None:
+    pid = solo.backend_pids()["solo"]
+    solo.process.send_signal(signal.SIGTERM)
+    assert solo.process.wait(30) == 0
+    assert not alive(pid)
+
+
+def _serve_fails(tmp_path: Path, config_text: str, **env: str) -> str:
+    config = tmp_path / "bad.yaml"
+    config.write_text(config_text)
+    result = subprocess.run(
+        [sys.executable, "-m", "proxy", "--config", str(config), "serve"],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stderr
+    return result.stderr
+
+
+def test_mismatched_draft_pair_refuses_to_start(tmp_path: Path) -> None:
+    stderr = _serve_fails(
+        tmp_path,
+        "backends:\n  - {name: d, kind: draft-simple, model: smollm2-135m,"
+        " draft_model: qwen2.5-coder-0.5b}\n",
+    )
+    assert "cannot draft for target" in stderr
+    assert "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" in stderr
+    assert "smollm2-135m-instruct-q4_1.gguf" in stderr
+
+
+def test_missing_user_binary_is_a_clear_error(tmp_path: Path) -> None:
+    stderr = _serve_fails(
+        tmp_path,
+        "backends:\n  - {name: p, model: smollm2-135m}\n",
+        SPECPROXY_LLAMA_SERVER=str(tmp_path / "no-such-llama-server"),
+    )
+    assert "is not an executable file" in stderr and "SPECPROXY_LLAMA_SERVER" in stderr
+
+
+def test_invalid_config_exits_with_the_field_named(tmp_path: Path) -> None:
+    stderr = _serve_fails(tmp_path, "backends:\n  - {name: p, model: m, threads: 0}\n")
+    assert "backends.0.threads" in stderr
