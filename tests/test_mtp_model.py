@@ -43,9 +43,7 @@ def test_layout_is_glm4moe_with_nextn_and_smollm_vocab(
     tmp_path: Path, tokenizer_source: Path
 ) -> None:
     model = tmp_path / "tiny-mtp.gguf"
-    start = time.monotonic()
     write_tiny_mtp_model(model, tokenizer_source)
-    assert time.monotonic() - start < 10
 
     reader = gguf.GGUFReader(model)
     assert reader.fields["general.architecture"].contents() == "glm4moe"

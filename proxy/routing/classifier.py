@@ -3,160 +3,243 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+import string
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, Literal
 
 TaskClass = Literal["code", "prose", "echo"]
 TASK_CLASSES: Final[tuple[TaskClass, ...]] = ("code", "prose", "echo")
 
 # Scan bounds: enough to see the instruction and a representative slice of any payload, while
-# keeping a 200 KB request as cheap as a 2 KB one.
+# keeping a 200 KB request about as cheap as a 2 KB one.
 _USER_HEAD: Final = 8_000
 _USER_TAIL: Final = 4_000
+_SCORE_HEAD: Final = 3_000
+_SCORE_TAIL: Final = 1_000
 _SYSTEM_HEAD: Final = 2_000
 _HISTORY_MESSAGES: Final = 4
-_HISTORY_HEAD: Final = 1_500
+_HISTORY_HEAD: Final = 1_000
 # Instructions sit at the start or the end of a message, around the pasted payload.
 _INSTR_HEAD: Final = 600
 _INSTR_TAIL: Final = 400
+# An instruction longer than this is a conversation, not a short order about a payload.
+_MAX_INSTRUCTION: Final = 400
 # Below this many characters there is nothing worth "repeating"; short quoted phrases
 # ("how do you say 'thank you'") are ordinary questions.
 _MIN_PAYLOAD: Final = 150
 _MIN_PAYLOAD_LINES: Final = 6
 _MIN_CONTEXT_PAYLOAD: Final = 200
-# An instruction longer than this is a conversation, not a short order about a payload.
-_MAX_INSTRUCTION: Final = 400
 _CODE_THRESHOLD: Final = 2
 _SYSTEM_CACHE_SIZE: Final = 256
+# Occurrences of one trigger word tried per text; the first few decide in practice.
+_MAX_OCCURRENCES: Final = 4
+
+# Tokens are runs between punctuation and spaces; "+", "#" and "_" stay so that c++, c# and
+# snake_case survive.  str.translate + split is several times cheaper than a regex findall.
+_PUNCT: Final = "".join(c for c in string.punctuation if c not in "+#_") + "“”‘’«»–—…¿¡·"
+_TOKEN_TABLE: Final = str.maketrans(_PUNCT, " " * len(_PUNCT))
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
 
 # Distinct words that point to code; 2 = rarely anything but software, 1 = ambiguous alone
 # ("class", "code", "java") and only tips the balance together with other evidence.
 _CODE_WORDS: Final[dict[str, int]] = {
     **dict.fromkeys(
-        # languages, frameworks and libraries
-        """python javascript typescript js ts tsx jsx golang kotlin c++ c# php sql postgresql
-        postgres mysql sqlite mongodb redis bash zsh powershell haskell scala perl lua dart
-        html css react vue angular svelte django flask fastapi pandas numpy matplotlib sklearn
-        pytorch tensorflow node nodejs docker dockerfile kubernetes k8s terraform regex regexp
-        json yaml toml xml api apis http https graphql grpc jest pytest unittest sqlalchemy
-        asyncio tokio serde clap pygame latex vba linq cpython jvm jupyter tailwind jquery
-        laravel symfony nestjs nuxt redux babel eslint prettier mypy ruff pylint junit yarn
-        pnpm deno"""
-        # tools and commands
-        """ git github gitlab npm pip conda venv virtualenv cargo maven gradle cmake gcc clang
-        makefile cli ide vscode vim emacs tmux ssh chmod chown sudo curl wget grep sed awk cron
-        crontab systemd systemctl nginx webpack vite stdin stdout stderr localhost repo codebase
-        ci"""
-        # keywords, identifiers and algorithm names that are not ordinary words
-        """ const enum struct typedef namespace nullptr elif println printf malloc boolean
-        varchar uuid base64 utf hashmap hashtable quicksort mergesort dijkstra fizzbuzz bfs dfs
-        goroutine goroutines implement implementa implementiere implémente""".split(),
+        _words(
+            # languages, frameworks and libraries
+            """python javascript typescript js ts tsx jsx golang kotlin c++ c# php sql
+            postgresql postgres mysql sqlite mongodb redis bash zsh powershell haskell scala
+            perl lua dart html css react vue angular svelte django flask fastapi pandas numpy
+            matplotlib sklearn pytorch tensorflow node nodejs docker dockerfile kubernetes k8s
+            terraform regex regexp json yaml toml xml api apis http https graphql grpc jest
+            pytest unittest sqlalchemy asyncio tokio serde clap pygame latex vba linq cpython
+            jvm jupyter tailwind jquery laravel symfony nestjs nuxt redux babel eslint prettier
+            mypy ruff pylint junit yarn pnpm deno"""
+            # tools and commands
+            """ git github gitlab npm pip conda venv virtualenv cargo maven gradle cmake gcc
+            clang makefile cli ide vscode vim emacs tmux ssh chmod chown sudo curl wget grep
+            sed awk cron crontab systemd systemctl nginx webpack vite stdin stdout stderr
+            localhost repo codebase ci"""
+            # keywords, identifiers and algorithm names that are not ordinary words
+            """ const enum struct typedef namespace nullptr elif println printf malloc boolean
+            varchar uuid base64 utf hashmap hashtable quicksort mergesort dijkstra fizzbuzz bfs
+            dfs goroutine goroutines implement implementa implementiere implémente"""
+        ),
         2,
     ),
     **dict.fromkeys(
-        """function functions method methods class classes script scripts code coding program
-        programming programmer bug bugs debug debugging compile compiler compiles variable
-        variables loop recursion recursive algorithm endpoint endpoints query queries library
-        module modules snippet implementation refactor commit deploy server database backend
-        frontend integer string strings array arrays dict dictionary null undefined exception
-        traceback syntax parse parser runtime thread threads async await callback lambda
-        terminal fixture controller crud component hook decorator timeit benchmark unix linux
-        java rust swift ruby shell interface excel formula spreadsheet migration migrations
-        schema complexity pointer pointers app apps unicode ascii fibonacci palindrome pseudocode
-        funzione funzioni classe classi metodo metodi codice programma variabile dizionario
-        dizionari stringa eccezione libreria ciclo función funciones código clase método
-        biblioteca fonction fonctions méthode programme bibliothèque funktion funktionen klasse
-        methode programm skript codebeispiel closure""".split(),
+        _words(
+            """function functions method methods class classes script scripts code coding
+            program programming programmer bug bugs debug debugging compile compiler compiles
+            variable variables loop recursion recursive algorithm endpoint endpoints query
+            queries library module modules snippet implementation refactor commit deploy
+            server database backend frontend integer string strings array arrays dict
+            dictionary null undefined exception traceback syntax parse parser runtime thread
+            threads async await callback lambda terminal fixture controller crud component
+            hook decorator timeit benchmark unix linux java rust swift ruby shell interface
+            excel formula spreadsheet migration migrations schema complexity pointer pointers
+            app apps unicode ascii fibonacci palindrome pseudocode funzione funzioni classe
+            classi metodo metodi codice programma variabile dizionario dizionari stringa
+            eccezione libreria ciclo función funciones código clase método biblioteca fonction
+            fonctions méthode programme bibliothèque funktion funktionen klasse methode programm
+            skript codebeispiel closure"""
+        ),
         1,
     ),
 }
 
 # Words that say the output is narrative, or that a code-ish word means something else
 # (python the snake, Java the island, dress code).
-_PROSE_WORDS: Final[frozenset[str]] = frozenset(
-    """story stories poem poems poetry sonnet haiku limerick novel essay letter email e-mail
+_PROSE_WORDS: Final = _words(
+    """story stories poem poems poetry sonnet haiku limerick novel essay letter email mail
     toast speech biography tale fairy lyrics song recipe snake snakes reptile zoo pet pets
     captivity island temple trip itinerary holiday vacation weekend kids children family
-    daughter son mum mom dad figlia figlio hija hijo fille fils tochter sohn
-    grandma party restaurant history historical feelings feel book books movie film
-    announcement backstory wedding birthday
-    racconto racconti poesia favola lettera discorso biografia storia viaggio ricetta vacanza
-    bambini famiglia cuento poema carta historia receta viaje histoire poème lettre conte
-    voyage geschichte gedicht brief rede kurzgeschichte reise""".split()
+    daughter son mum mom dad grandma party restaurant history historical feelings feel book
+    books movie film announcement backstory wedding birthday racconto racconti poesia favola
+    lettera discorso biografia storia viaggio ricetta vacanza bambini famiglia figlia figlio
+    cuento poema carta historia receta viaje hija hijo histoire poème lettre conte voyage fille
+    fils geschichte gedicht brief rede kurzgeschichte reise tochter sohn"""
 )
 
 # The object an edit verb points at: the pasted payload, or the previous turn.
-_DEICTIC = (
+_DEICTIC_WORDS: Final = _words(
+    """this these that those it them following below above my questo questa questi queste
+    quest seguente lo la este esta estos estas siguiente ce cet cette ces suivant diese diesen
+    dieser dieses diesem folgende folgenden"""
+)
+_DEICTIC: Final = (
     r"(?:this|these|that|those|it|them|the following|below|above|my|questo|questa|questi"
-    r"|queste|quest'|il seguente|la seguente|lo|la|este|esta|estos|estas|el siguiente|lo|ce"
-    r"|cet|cette|ces|suivant|diese[nmrs]?|folgenden?|den text)\b"
+    r"|queste|quest'|il seguente|la seguente|lo|la|este|esta|estos|estas|el siguiente|ce"
+    r"|cet|cette|ces|suivant|diese[nmrs]?|folgenden?)\b"
 )
-# Verbs that by themselves mean "give me this text back, transformed".
-_ECHO_VERBS = (
-    r"(?<![\w.])(?:re-?write|rephrase|reword|paraphrase|proof-?read|copy-?edit|re-?format"
-    r"|re-?indent|refactor|rename|translat\w*|transliterate|redact|anonymi[sz]e|censor"
-    r"|alphabeti[sz]e|reorder|re-order|swap the order|moderni[sz]e|simplify|restructure|convert"
-    r"|reorgani[sz]e|condense|locali[sz]e|normali[sz]e|standardi[sz]e|prettify|beautify|minify"
-    r"|riscriv\w*|riformul\w*|correggi\w*|tradu[ckzi]\w*|riformatt\w*|restituisci\w*|ripeti\w*"
-    r"|rend(?:ilo|ila|ili|erlo|erla|erli)|semplific\w*|reescr\w*|vuelve a escribir|reformul\w*"
-    r"|corrige[sz]?|corrij\w*|tradúce\w*|réécri\w*|übersetze\w*|korrigiere\w*|umschreiben"
-    r"|formatiere\w*)\b"
+
+# Echo rules.  Each regex starts with its trigger word and is only tried, with .match, where
+# that word occurs; (triggers, regex, strong).  Weak rules are generic edit verbs that count
+# only when nothing suggests a bug hunt.
+_ECHO_RULES: Final[tuple[tuple[str, str, bool], ...]] = (
+    # verbs that by themselves mean "give me this text back, transformed"
+    (
+        """rewrite rephrase reword paraphrase proofread copyedit reformat reindent refactor
+        rename transliterate redact anonymize anonymise censor alphabetize alphabetise reorder
+        modernize modernise simplify restructure reorganize reorganise condense localize
+        localise normalize normalise standardize standardise prettify beautify minify convert
+        umschreiben corrige corriges corrigez renderlo renderla renderli rendilo rendila
+        rendili""",
+        r"\w+",
+        True,
+    ),
+    ("re", r"re-(?:write|format|indent|order)\b", True),
+    ("proof copy", r"(?:proof|copy)-(?:read|edit)", True),
+    ("vuelve", r"vuelve a escribir\b", True),
+    ("swap", r"swap the order\b", True),
+    # verbs that transform only when aimed at the payload ("convert this", "put these into")
+    (
+        """transform turn put port migrate upgrade format sort polish adjust swap split metti
+        mettete trasforma converti sistema sistemare sistemi convierte transforma pon mets
+        mettez transforme convertis setze konvertiere wandle verwandle""",
+        r"\w+\b[^.\n?]{0,40}?\b" + _DEICTIC,
+        True,
+    ),
+    ("write", r"write (?:this|it|these|that|the following)\b", True),
+    # form-only edits, whatever verb introduces them ("a once-over for typos")
+    (
+        """fix correct clean tidy improve sistema sistemare check""",
+        r"\w+\b[^.\n]{0,30}\b(?:grammar|spelling|typos?|punctuation|mistakes|indentation"
+        r"|formatting|format|wording|style|english|italian|capitali[sz]ation|punteggiatura"
+        r"|grammatica|ortografia|ortografía|orthographe|rechtschreib\w*)\b",
+        True,
+    ),
+    (
+        """typo typos grammar spelling spellings punctuation capitalization capitalisation
+        docstring docstrings grammatica punteggiatura ortografia ortografía orthographe
+        rechtschreibung""",
+        r"\w+",
+        True,
+    ),
+    ("type", r"type (?:hints?|annotations?)\b", True),
+    (
+        "add aggiungi añade agrega ajoute",
+        r"\w+\b[^.\n]{0,30}\b(?:type hints?|types|tipi|tipos|annotations?|annotazioni"
+        r"|docstrings?|comments?|commenti|comentarios|commentaires|\w*doc|documentation"
+        r"|logging|error handling|gestione degli errori|headings?|emojis?)\b",
+        True,
+    ),
+    (
+        "remove strip delete drop rimuovi togli elimina quita supprime entferne",
+        r"\w+\b[^.\n]{0,40}\b(?:from|da|dal|dalla|de|du|aus)\s+"
+        + _DEICTIC
+        + r"|\w+\b[^.\n]{0,30}\b(?:comments?|blank lines|empty lines|duplicates|whitespace"
+        r"|emojis?|line numbers|timestamps|print statements|commenti|duplicati)\b",
+        True,
+    ),
+    ("replace replacing replaces", r"\w+\b[^.\n]{1,80}\b(?:with|by)\b", True),
+    ("instead", r"instead of\b", True),
+    (
+        "same",
+        r"same (?:\w+ ){0,2}(?:but|in|with)\b|same (?:content|wording|structure|layout"
+        r"|meaning)\b",
+        True,
+    ),
+    (
+        "stesso stessa misma mismo même gleiche gleichen",
+        r"\w+\b[^.\n]{0,20}\b(?:ma|pero|mais|aber)\b",
+        True,
+    ),
+    (
+        "make",
+        r"make\s+" + _DEICTIC + r"(?:\s+[\w-]+){0,2}\s+(?:more|less|shorter|longer|simpler"
+        r"|clearer|easier|friendlier|punchier|sound|formal|polite|concise)\b",
+        True,
+    ),
+    (
+        "apply applica aplica applique",
+        r"\w+\s+(?:this|the|these|questa|la|le|este|ce|cette)\s+(?:\w+\s+)?(?:diff|patch"
+        r"|changes?|modifiche)\b",
+        True,
+    ),
+    (
+        "return give output show send print reply",
+        r"(?:reply with|\w+)\b[^.\n]{0,25}\b(?:full|whole|entire|complete|updated|modified"
+        r"|corrected|edited|rewritten)\s+(?:\w+\s+)?(?:file|code|function|class|program|text"
+        r"|script|module|version|workflow|document|query)\b",
+        True,
+    ),
+    ("give send hand say read write type", r"\w+\b[^.\n]{0,30}\bback\b", True),
+    ("return", r"return (?:it|them)\b", True),
+    ("give show return send", r"\w+ (?:me )?(?:back )?the (?:result|new version)\b", True),
+    ("on", r"on (?:its|their) own line\b", True),
+    ("one", r"one per line\b", True),
+    ("throughout durchgehend verbatim unchanged unverändert", r"\w+", True),
+    ("word", r"word for word\b", True),
+    ("as", r"as it is\b", True),
+    ("keep", r"keep (?:the rest|everything else|(?:the )?behaviou?r)\b", True),
+    ("without", r"without (?:changing|adding)\b", True),
+    ("don do", r"(?:don'?t|do not) (?:change|add anything)\b", True),
+    ("senza", r"senza (?:modifiche|cambiare|modificare)\b", True),
+    ("tale", r"tale e quale\b", True),
+    ("sin", r"sin (?:cambios|modificar)\b", True),
+    ("sans", r"sans (?:modification|changer)\b", True),
+    ("ohne", r"ohne (?:änderungen|zu ändern)\b", True),
+    ("metti", r"metti\b[^.\n]{0,40}\bin (?:una |un )?(?:tabella|lista|elenco|ordine)\b", True),
+    ("formuliere schreibe", r"\w+\b[^.\n]{0,80}\bum\b", True),
+    ("füge", r"füge\b[^.\n]{0,60}(?:kommentar|dokumentation|typ)\w*[^.\n]{0,20}\bhinzu\b", True),
+    (
+        """fix correct improve edit tidy clean modify update shorten simplify change tweak
+        revise migliora modifica cambia mejora améliore modifie ändere verbessere
+        überarbeite""",
+        r"\w+(?: up)?\b[^.\n?]{0,40}?\b" + _DEICTIC,
+        False,
+    ),
 )
-# Verbs that transform only when aimed at the payload ("convert this", "put these into").
-_ECHO_DEICTIC = (
-    r"(?<![\w.])(?:convert|transform|turn|put|port|migrate|upgrade|format|sort|polish|adjust|swap"
-    r"|split"
-    r"|metti|mettete|trasforma|converti|sistema\w*|convierte|transforma|pon|mets|mettez"
-    r"|transforme|convertis|setze|konvertiere|wandle|verwandle)\b[^.\n?]{0,40}?\b" + _DEICTIC
-)
-_ECHO_STRONG: Final = (
-    _ECHO_VERBS
-    + r"|" + _ECHO_DEICTIC
-    + r"|(?<![\w.])write (?:this|it|these|that|the following)\b"
-    + r"|(?<![\w.])(?:fix|correct|clean up|tidy(?: up)?|improve|sistema\w*|check)\b[^.\n]{0,30}"
-    r"\b(?:grammar|spelling|typos?|punctuation|mistakes|indentation|formatting|format|wording"
-    r"|style|english|italian|capitali[sz]ation|punteggiatura|grammatica|ortografia|ortografía"
-    r"|orthographe|rechtschreib\w*)\b"
-    r"|(?<![\w.])(?:add|aggiungi|añade|agrega|ajoute)\b[^.\n]{0,30}\b(?:type hints?|types|tipi"
-    r"|tipos|annotations?|annotazioni|docstrings?|comments?|commenti|comentarios|commentaires"
-    r"|\w*doc|documentation|logging|error handling|gestione degli errori|headings?|emojis?)\b"
-    # Form-only edits are echo whatever verb introduces them ("a once-over for typos").
-    r"|\b(?:typos?|grammar|spellings?|punctuation|capitali[sz]ation|type (?:hints?|annotations?)"
-    r"|docstrings?|grammatica|punteggiatura|ortografia|ortografía|orthographe|rechtschreibung)\b"
-    r"|\binstead of\b|\bsame (?:\w+ ){0,2}(?:but|in|with)\b"
-    r"|\b(?:stess[oa]|misma?|même|gleiche[n]?)\b[^.\n]{0,20}\b(?:ma|pero|mais|aber)\b"
-    r"|(?<![\w.])(?:remove|strip|delete|drop|rimuovi|togli|elimina|quita|supprime|entferne)\b"
-    r"[^.\n]{0,40}\b(?:from|da|dal|dalla|de|du|aus)\s+"
-    + _DEICTIC
-    + r"|(?<![\w.])(?:remove|strip|delete|drop|rimuovi|togli|elimina|supprime|entferne)\b"
-    r"[^.\n]{0,30}\b(?:comments?|blank lines|empty lines|duplicates|whitespace|emojis?"
-    r"|line numbers|timestamps|print statements|commenti|duplicati)\b"
-    r"|(?<![\w.])replac\w*\b[^.\n]{1,80}\b(?:with|by)\b"
-    r"|(?<![\w.])make\s+" + _DEICTIC + r"(?:\s+[\w-]+){0,2}\s+(?:more|less|shorter|longer"
-    r"|simpler|clearer|easier|friendlier|punchier|sound|formal|polite|concise)\b"
-    r"|(?<![\w.])(?:apply|applica|aplica|applique)\s+(?:this|the|these|questa|la|le|este"
-    r"|ce|cette)\s+(?:\w+\s+)?(?:diff|patch|changes?|modifiche)\b"
-    r"|\b(?:return|give|output|show|send|print|reply with)\b[^.\n]{0,25}\b(?:full|whole|entire"
-    r"|complete|updated|modified|corrected|edited|rewritten)\s+(?:\w+\s+)?(?:file|code|function"
-    r"|class|program|text|script|module|version|workflow|document|query)\b"
-    r"|\b(?:give|send|hand|say|read|write|type)\b[^.\n]{0,30}\bback\b|\breturn (?:it|them)\b"
-    r"|\b(?:give|show|return|send) (?:me )?(?:back )?the (?:result|new version)\b"
-    r"|\bon (?:its|their) own line\b|\bone per line\b|\bthroughout\b|\bdurchgehend\b"
-    r"|\b(?:same (?:content|wording|structure|layout|meaning)|word for word|verbatim"
-    r"|unchanged|as it is|keep (?:the rest|everything else|(?:the )?behaviou?r)|without changing"
-    r"|(?:don'?t|do not) change|(?:don'?t|do not) add anything|without adding"
-    r"|senza (?:modifiche|cambiare|modificare)|tale e quale|sin (?:cambios|modificar)"
-    r"|sans (?:modification|changer)|unverändert|ohne (?:änderungen|zu ändern))\b"
-    r"|\bmetti\b[^.\n]{0,40}\bin (?:una |un )?(?:tabella|lista|elenco|ordine)\b"
-    r"|\b(?:formuliere|schreibe)\b[^.\n]{0,80}\bum\b"
-    r"|\bfüge\b[^.\n]{0,60}(?:kommentar|dokumentation|typ)\w*[^.\n]{0,20}\bhinzu\b"
-)
-# Generic edit verbs: echo only when nothing suggests a bug hunt.
-_ECHO_WEAK: Final = (
-    r"(?<![\w.])(?:fix|correct|improve|edit|tidy(?: up)?|clean up|modify|update|shorten"
-    r"|simplify|change|tweak|revise|migliora|modifica|cambia|mejora|améliore|modifie|ändere"
-    r"|verbessere|überarbeite)\b[^.\n?]{0,40}?\b" + _DEICTIC
-)
+# Stems (Italian/Spanish/German inflections, clitics): found with a substring test.
+_ECHO_STEMS: Final = (
+    "translat riscriv riformul corregg tradu tradú riformatt restituisci ripet semplific reescr"
+    " reformul corrij réécri übersetz korrigier formatier"
+).split()
+
 _ECHO_EXPLICIT: Final = (
     r"\b(?:repeat|ripeti|repite|répète|wiederhole|say|write|scrivi|escribe|écris|schreibe"
     r"|type)\b[^\n]{0,120}?(?<![\w.])(?:\d+|two|three|four|five|six|seven|eight|nine|ten|twenty"
@@ -168,6 +251,8 @@ _ECHO_EXPLICIT: Final = (
     r"|\bcopy (?:out |back )?(?:the following|this|these|it)\b"
     r"|\becho (?:it |this |that |the following |the \w+ )?back\b"
 )
+_EXPLICIT_GATE: Final = _words("times volte veces fois mal repeat ripeti copy echo")
+
 # A sentence that opens with a question word, or ends in "?" without being a polite request
 # ("can you...", "puoi..."), asks about the payload rather than for it back.
 _QUESTION_OPENER: Final = (
@@ -180,86 +265,121 @@ _REQUEST_OPENER: Final = (
     r"|puoi|potresti|può|potete|mi puoi|mi potresti|puedes|podrías|me puedes|peux-tu"
     r"|pourrais-tu|pouvez-vous|pourriez-vous|kannst du|könntest du|können sie|könnten sie)\b"
 )
-_SENTENCE_END: Final = r"[.!?\n]"
 _SENTENCE: Final = r"[^.!?\n]+[.!?]?"
+_SENTENCE_END: Final = r"[.!?\n]"
 # Asking about a payload, or for something new made from it, rather than for it back.
-_ANALYSIS: Final = (
-    r"\b(?:explain\w*|spieg\w*|expli[cq]\w*|erklär\w*|summar\w*|riassum\w*|resum\w*|résum\w*"
-    r"|zusammen\w*|review\w*|critique\w*|critic\w*|analy[sz]\w*|anali[sz]\w*|assess\w*"
-    r"|evaluat\w*|valuta\w*|feedback|opinion\w*|thoughts|think|agree|suggest\w*|recommend\w*"
-    r"|consigli\w*|continue|continua\w*|tests?|ideas?|meaning|significato|compare|confronta"
-    r"|reply|respond|answer|rispondi|responde|réponds|antworte|extract\w*|estra\w*|title\w*"
-    r"|titol\w*|headline|tagline|slogan|caption|hashtags?|keywords|tl;dr)\b"
+_ANALYSIS_WORDS: Final = _words(
+    """feedback opinion opinions opinione thoughts think agree continue test tests idea ideas
+    meaning significato compare confronta reply respond answer rispondi responde réponds
+    antworte headline tagline slogan caption hashtag hashtags keywords"""
+)
+_ANALYSIS_STEMS: Final = tuple(
+    """explain spieg explic expliq erklär summar riassum resum résum zusammen review critique
+    critic analy anali assess evaluat valuta suggest recommend consigli continua extract estra
+    title titol""".split()
+)
+_DEBUG_WORDS: Final = _words(
+    "error errors exception traceback bug bugs broken wrong why warning panic"
+)
+_DEBUG_STEMS: Final = ("crash", "fail")
+_DEBUG_PHRASES: Final = ("doesn't work", "doesnt work", "not working")
+_CREATE_VERBS: Final = _words(
+    """write draft compose create generate produce propose implement build scrivi crea genera
+    proponi implementa escribe redacta écris rédige génère crée schreibe erstelle verfasse
+    implementiere"""
 )
 _CREATE_NEW: Final = (
-    r"\b(?:write|draft|compose|create|generate|produce|propose|scrivi|crea|genera|proponi"
-    r"|escribe|redacta|écris|rédige|génère|schreibe|erstelle|verfasse)\s+(?:me\s+|mi\s+)?"
-    r"(?:a|an|some|few|\d+|one|two|three|four|five|ten|un|una|uno|dei|delle|degli|unos|unas"
-    r"|une|des|ein|eine|einen)\b"
+    r"\w+\s+(?:me\s+|mi\s+)?(?:a|an|some|few|\d+|one|two|three|four|five|ten|un|una|uno|dei"
+    r"|delle|degli|unos|unas|une|des|ein|eine|einen)\b"
 )
 _PRESENTATIONAL: Final = (
-    r"\s*(?:here'?s|here is|here are|this is|these are|ecco|voici|hier ist|aquí está)\b[^.!?\n,;]*"
-    r"[:.]?\s*$"
+    r"\s*(?:here'?s|here is|here are|this is|these are|ecco|voici|hier ist|aquí está)\b"
+    r"[^.!?\n,;]*[:.]?\s*$"
 )
-_DEBUG: Final = (
-    r"\b(?:error|errors|exception|traceback|bugs?|crash\w*|fail\w*|broken|doesn'?t work"
-    r"|not working|wrong|why|warning|panic)\b"
-)
-_CREATE_VERBS = (
-    r"write|create|implement|build|generate|scrivi|crea|implementa|escribe|écris|crée|schreibe"
-    r"|erstelle|implementiere"
-)
-_CODE_NOUNS = (
+
+# Asking for new code: a creation verb, then a code noun in the same sentence.
+_CODE_NOUNS: Final = (
     r"\b(?:functions?|class|script|program|query|regex|endpoints?|api|hook|decorator|module"
     r"|workflow|dockerfile|makefile|cli|tests?|component|server|one-liner|snippet|code"
     r"|funzione|classe|programma|query|función|clase|fonction|funktion|klasse|skript"
     r"|programm)\b"
 )
-# Asking for new code; the narrower form (creation verbs only) vetoes an echo reading.
-_CODE_WRITE: Final = (
-    r"\b(?:" + _CREATE_VERBS + r"|give me|show me|make me|explain)\b[^.\n]{0,60}" + _CODE_NOUNS
+_CODE_NOUN_WORDS: Final = _words(
+    """function functions class script program query regex endpoint endpoints api hook
+    decorator module workflow dockerfile makefile cli test tests component server liner snippet
+    code funzione classe programma función clase fonction funktion klasse skript programm"""
 )
-_CODE_CREATE: Final = r"\b(?:" + _CREATE_VERBS + r")\b[^.\n]{0,60}" + _CODE_NOUNS
-# "in Go", "using C" (language names that are ordinary words elsewhere) and CS phrases.
-_CODE_PHRASES: Final = (
-    r"\b(?:in|using|with|con|en|mit|per) (?:go|c|r|java|rust|swift|ruby|shell|dart|julia"
-    r"|elixir|zig|ocaml)\b"
-    r"|\b(?:time|space) complexity|\bbig-?o\b|\bo\((?:1|n|log n|n log n|n\^2|n²)\)"
-    r"|\blinked lists?|\bbinary (?:search|tree)|\bhash (?:map|table)|\bdata structures?"
+_WRITE_VERBS: Final = _CREATE_VERBS | _words("give show make explain")
+_CODE_WRITE: Final = r"(?:(?:give|show|make) me|(?!give|show|make)\w+)\b[^.\n]{0,60}" + _CODE_NOUNS
+_PROSE_NOUNS: Final = _words(
+    """story stories poem sonnet haiku limerick letter email mail essay toast speech post
+    announcement note message review biography backstory lyrics song racconto poesia lettera
+    discorso biografia cuento poema carta histoire poème lettre geschichte gedicht brief rede"""
+)
+_PROSE_VERBS: Final = _words(
+    "write compose draft create tell give scrivi racconta componi escribe écris schreibe"
 )
 _PROSE_WRITE: Final = (
-    r"\b(?:write|compose|draft|create|tell|give me|scrivi|racconta|componi|escribe|écris"
-    r"|schreibe)\b[^.\n]{0,40}\b(?:story|stories|poem|sonnet|haiku|limerick|letter|email|e-mail"
-    r"|essay|toast|speech|post|announcement|note|message|review|biography|backstory|lyrics"
-    r"|song|racconto|poesia|lettera|mail|discorso|biografia|cuento|poema|carta|histoire|poème"
-    r"|lettre|geschichte|gedicht|brief|rede)\b"
+    r"(?:give me|(?!give)\w+)\b[^.\n]{0,40}\b(?:story|stories|poem|sonnet|haiku|limerick"
+    r"|letter|email|e-mail|essay|toast|speech|post|announcement|note|message|review|biography"
+    r"|backstory"
+    r"|lyrics|song|racconto|poesia|lettera|mail|discorso|biografia|cuento|poema|carta|histoire"
+    r"|poème|lettre|geschichte|gedicht|brief|rede)\b"
 )
-_NARRATIVE: Final = (
-    r"\b(?:who (?:created|invented|founded|wrote|was|were)|tell me (?:about|the story)"
-    r"|evolv\w*|in the \d{4}s|were born|was born|chi (?:ha|era)|quién)\b"
+_NARRATIVE_RULES: Final[tuple[tuple[str, str], ...]] = (
+    ("who", r"who (?:created|invented|founded|wrote|was|were)\b"),
+    ("tell", r"tell me (?:about|the story)\b"),
+    ("were was", r"\w+ born\b"),
+    ("chi", r"chi (?:ha|era)\b"),
+    ("quién", r"quién\b"),
+)
+_NARRATIVE_STEMS: Final = ("evolv",)
+_DECADE: Final = r"\d{4}s\b"
+# Language names that are ordinary words elsewhere count after "in", "using"...
+_AMBIGUOUS_LANGS: Final = _words("go c r java rust swift ruby shell dart julia elixir zig ocaml")
+_LANG_PREPOSITION: Final = r"(?:^|\W)(?:in|using|with|con|en|mit|per)\s+$"
+_CS_PHRASE_RULES: Final[tuple[tuple[str, str], ...]] = (
+    ("time space", r"\w+ complexity\b"),
+    ("big", r"big-?o\b"),
+    ("linked", r"linked lists?\b"),
+    ("binary", r"binary (?:search|tree)\b"),
+    ("hash", r"hash (?:map|table)\b"),
+    ("data", r"data structures?\b"),
 )
 # An explicit change of subject cancels the coding context of the session.
-_TOPIC_RESET: Final = (
-    r"\b(?:unrelated|off[- ]topic|different (?:topic|question)|change of topic|by the way|btw"
-    r"|cambiando discorso|a parte questo|otra pregunta|autre question)\b"
+_TOPIC_RESET_RULES: Final[tuple[tuple[str, str], ...]] = (
+    ("unrelated btw", r"\w+"),
+    ("off", r"off[- ]topic\b"),
+    ("different", r"different (?:topic|question)\b"),
+    ("change", r"change of topic\b"),
+    ("by", r"by the way\b"),
+    ("cambiando", r"cambiando discorso\b"),
+    ("parte", r"parte questo\b"),
+    ("otra", r"otra pregunta\b"),
+    ("autre", r"autre question\b"),
 )
-# Source-code syntax; multiline so that line starts count.
-_SYNTAX: Final = (
+
+# Source-code syntax.  Each pattern starts with a literal, a character class or a line anchor
+# so that the regex engine can skip ahead cheaply.
+_LINE_SYNTAX: Final = (
     r"^[ \t]*(?:def|class|import|from\s+\S+\s+import|#include|function|const|let|var|public"
     r"|private|protected|fn|func|package|using|select|insert|create table|return|struct|impl"
     r"|use|export|async|@\w+)\b"
-    r"|[;{}][ \t]*$|=>|->|::|!=|==|&&|\|\||\+=|:="
-    r"|`[^`\n]{1,60}`"
-    r"|(?:^|[ \t])--?[a-z][\w-]*(?=[ \t=]|$)"
-    r"|\b\w+\([\w\s,.'\"=]*\)"
 )
+_OPERATORS: Final = r"[;{}][ \t]*$|=>|->|::|!=|==|&&|\|\||\+=|:="
+_CALL: Final = r"\([\w\s,.'\"=]{0,40}\)"
+_CLI_FLAG: Final = r"[ \t]--?[a-z][\w-]*(?=[ \t=]|$)"
 _FILE_PATH: Final = (
     r"\b[\w./-]+\.(?:py|js|ts|tsx|jsx|rs|go|java|kt|c|cc|cpp|h|hpp|cs|rb|php|swift|sql|sh|yml"
     r"|yaml|toml|ini|cfg|gradle|vue|svelte|ipynb)\b"
 )
-_ERROR_LOG: Final = (
-    r"Traceback \(most recent call last\)|\b\w+(?:Error|Exception)\b|npm ERR!|panic:"
-    r"|Segmentation fault|\berror(?:\[E\d+\])?:"
+_ERROR_MARKERS: Final = (
+    "Traceback (most recent call last)",
+    "npm ERR!",
+    "panic:",
+    "Segmentation fault",
+    "error:",
+    "error[",
 )
 _FIM: Final = (
     r"<\|?fim[_▁-]?(?:prefix|suffix|middle|begin|hole|end|pad)\|?>|<｜fim▁(?:begin|hole|end)｜>"
@@ -272,7 +392,18 @@ _CODING_SYSTEM: Final = (
     r"|programmazione|programación|programmation|programmier\w*)\b"
 )
 _FENCE: Final = r"```.*?(?:```|\Z)"
-_WORD: Final = r"\w+(?:\+\+|#)?"
+
+_Rules = dict[str, list[tuple[re.Pattern[str], bool]]]
+
+
+def _compile_rules(rules: Iterable[tuple[str, str, bool]]) -> _Rules:
+    """Index rule regexes by trigger word."""
+    index: _Rules = {}
+    for triggers, regex, strong in rules:
+        pattern = re.compile(regex)
+        for word in triggers.split():
+            index.setdefault(word, []).append((pattern, strong))
+    return index
 
 
 class TaskClassifier:
@@ -285,54 +416,57 @@ class TaskClassifier:
        ``functions`` list mean **code**: the output is code or a structured call.
     2. **echo** when the last user message asks for an edit that keeps the content (rewrite,
        translate, proofread, refactor, add docstrings/type hints, reformat, apply a diff,
-       "return the full file", ...) *and* there is a payload of at least ``_MIN_PAYLOAD``
-       characters besides the instruction, either in that message or, for a short follow-up
-       such as "translate it", in one of the last few turns.  An explicit repetition
-       ("repeat this five times", "echo back", "repeat after me:") is echo without a payload.
-       Generic verbs (fix, improve, update) count only when nothing hints at debugging.
-    3. **code** when weighted evidence reaches ``_CODE_THRESHOLD``: language and tool names,
-       code syntax, fenced blocks, file paths, error logs and "write a function"-style asks in
-       the last user message; minus narrative evidence ("write a story", snake, history).
-       A coding-assistant system prompt (Continue, Aider, Cline, Copilot...) adds the threshold
-       by itself, and code in the recent turns adds it too, so a neutral follow-up inside a coding
-       session ("hi, how are you", "ok, go on") is code, while an explicit prose ask there
-       ("write a haiku") still outweighs it.
+       "return the full file"...) *and* there is a payload of at least ``_MIN_PAYLOAD``
+       characters besides the instruction, in that message or, for a short follow-up such as
+       "translate it", in one of the last few turns.  Failing a recognised edit verb, a short
+       order aimed at a pasted payload ("Spanish version of this:") is echo unless it asks
+       about the payload (a question, explain, summarise, review, tests, a title...).
+       An explicit repetition ("repeat this five times", "echo back", "repeat after me:") is
+       echo without a payload.  Generic verbs (fix, improve, update) need no sign of debugging.
+    3. **code** when weighted evidence in the last user message reaches ``_CODE_THRESHOLD``:
+       language and tool names, code syntax, fenced blocks, file paths, error logs and "write a
+       function"-style asks, minus narrative evidence ("write a story", snake, history).
+       Context breaks ties: a coding-assistant system prompt (Continue, Aider, Cline,
+       Copilot...) or code in the recent turns adds the threshold by itself, so a neutral
+       follow-up inside a coding session ("hi, how are you", "ok, go on") is code, while an
+       explicit prose ask there ("write a haiku") or a change of subject still wins.
     4. Otherwise, and for any body it cannot make sense of, **prose**.
+
+    Only bounded slices of the request are scanned, and each rule regex runs only where its
+    trigger word occurs, so the cost stays in the tens of microseconds.
     """
 
-    def __init__(self) -> None:
-        flags = re.IGNORECASE
-        self._echo_strong = re.compile(_ECHO_STRONG, flags)
-        self._echo_weak = re.compile(_ECHO_WEAK, flags)
-        self._echo_explicit = re.compile(_ECHO_EXPLICIT, flags)
-        self._question_opener = re.compile(_QUESTION_OPENER, flags)
-        self._request_opener = re.compile(_REQUEST_OPENER, flags)
-        self._sentence_end = re.compile(_SENTENCE_END)
+    def __init__(self, *, system_cache_size: int = _SYSTEM_CACHE_SIZE) -> None:
+        self._echo_rules = _compile_rules(_ECHO_RULES)
+        self._echo_rule_words = frozenset(self._echo_rules)
+        self._echo_stem_rule = re.compile(r"\w+")
+        self._echo_explicit = re.compile(_ECHO_EXPLICIT)
+        self._question_opener = re.compile(_QUESTION_OPENER)
+        self._request_opener = re.compile(_REQUEST_OPENER)
         self._sentence = re.compile(_SENTENCE)
-        self._analysis = re.compile(_ANALYSIS, flags)
-        self._create_new = re.compile(_CREATE_NEW, flags)
-        self._presentational = re.compile(_PRESENTATIONAL, flags)
-        self._deictic = re.compile(r"\b" + _DEICTIC, flags)
-        self._debug = re.compile(_DEBUG, flags)
-        self._code_write = re.compile(_CODE_WRITE, flags)
-        self._code_create = re.compile(_CODE_CREATE, flags)
-        self._prose_write = re.compile(_PROSE_WRITE, flags)
-        self._narrative = re.compile(_NARRATIVE, flags)
-        self._code_phrases = re.compile(_CODE_PHRASES, flags)
-        self._topic_reset = re.compile(_TOPIC_RESET, flags)
-        self._syntax = re.compile(_SYNTAX, re.MULTILINE)
+        self._sentence_end = re.compile(_SENTENCE_END)
+        self._create_new = re.compile(_CREATE_NEW)
+        self._presentational = re.compile(_PRESENTATIONAL)
+        self._code_write = re.compile(_CODE_WRITE)
+        self._prose_write = re.compile(_PROSE_WRITE)
+        self._narrative = _compile_rules((t, r, True) for t, r in _NARRATIVE_RULES)
+        self._decade = re.compile(_DECADE)
+        self._lang_preposition = re.compile(_LANG_PREPOSITION)
+        self._cs_phrases = _compile_rules((t, r, True) for t, r in _CS_PHRASE_RULES)
+        self._topic_reset = _compile_rules((t, r, True) for t, r in _TOPIC_RESET_RULES)
+        self._line_syntax = re.compile(_LINE_SYNTAX, re.MULTILINE)
+        self._operators = re.compile(_OPERATORS, re.MULTILINE)
+        self._call = re.compile(_CALL)
+        self._cli_flag = re.compile(_CLI_FLAG, re.MULTILINE)
         self._file_path = re.compile(_FILE_PATH)
-        self._error_log = re.compile(_ERROR_LOG)
         self._fim = re.compile(_FIM)
-        self._coding_system = re.compile(_CODING_SYSTEM, flags)
+        self._coding_system = re.compile(_CODING_SYSTEM, re.IGNORECASE)
         self._fence = re.compile(_FENCE, re.DOTALL)
-        self._word = re.compile(_WORD)
-        self._code_words = _CODE_WORDS
         self._code_word_keys = frozenset(_CODE_WORDS)
-        self._prose_words = _PROSE_WORDS
         # Clients resend the same system prompt on every turn; remembering its verdict keeps
         # long agent prompts off the hot path.
         self._system_cache: dict[str, bool] = {}
+        self._system_cache_size = system_cache_size
 
     def classify(self, body: Mapping[str, Any]) -> TaskClass:
         """Return the task class of ``body``; never raises, falls back to ``"prose"``."""
@@ -353,82 +487,61 @@ class TaskClassifier:
         history: list[str] = []
         messages = body.get("messages")
         if isinstance(messages, Sequence) and not isinstance(messages, str) and messages:
-            user, user_len, system, history = self._split_messages(messages)
+            user, user_len, system, history = _split_messages(messages)
         else:
-            user, user_len = _bounded(_prompt_text(body.get("prompt")))
-        if self._fim.search(user):
+            user, user_len = _bounded(_prompt_text(body.get("prompt")), _USER_HEAD, _USER_TAIL)
+        if ("fim" in user or "<PRE>" in user) and self._fim.search(user):
             return "code"
 
         if self._is_echo(user, user_len, history):
             return "echo"
-        lower = user.lower()
-        score = self._code_score(lower, user)
-        if score >= _CODE_THRESHOLD or self._topic_reset.search(lower, 0, _INSTR_HEAD):
-            return "code" if score >= _CODE_THRESHOLD else "prose"
+        score = self._code_score(_bounded(user, _SCORE_HEAD, _SCORE_TAIL)[0])
+        if score >= _CODE_THRESHOLD:
+            return "code"
+        head = user[:_INSTR_HEAD].lower()
+        if _any_rule(head, _tokens(head), self._topic_reset):
+            return "prose"
         if system and self._system_is_coding(system):
             score += _CODE_THRESHOLD
         if score < _CODE_THRESHOLD and history:
             recent = "\n".join(text[:_HISTORY_HEAD] for text in history[-2:])
-            if self._code_score(recent.lower(), recent) >= 2 * _CODE_THRESHOLD:
+            if self._code_score(recent) >= 2 * _CODE_THRESHOLD:
                 score += _CODE_THRESHOLD
         return "code" if score >= _CODE_THRESHOLD else "prose"
 
-    def _split_messages(self, messages: Sequence[Any]) -> tuple[str, int, str, list[str]]:
-        """Pick the last user message, the system prompt head and the recent other turns."""
-        last_user = -1
-        for i in range(len(messages) - 1, -1, -1):
-            msg = messages[i]
-            if isinstance(msg, Mapping) and msg.get("role") == "user":
-                last_user = i
-                break
-        if last_user < 0:
-            # No user turn (e.g. a prefilled assistant continuation): judge the last message.
-            last_user = len(messages) - 1
-        last = messages[last_user]
-        user, user_len = (
-            _bounded(_content_text(last.get("content"))) if isinstance(last, Mapping) else ("", 0)
-        )
-
-        system_parts: list[str] = []
-        for msg in messages[:3]:
-            if isinstance(msg, Mapping) and msg.get("role") in ("system", "developer"):
-                system_parts.append(_content_text(msg.get("content"))[:_SYSTEM_HEAD])
-        history: list[str] = []
-        for msg in messages[max(0, last_user - _HISTORY_MESSAGES) : last_user]:
-            if isinstance(msg, Mapping) and msg.get("role") in ("user", "assistant"):
-                history.append(_content_text(msg.get("content")))
-        return user, user_len, "\n".join(system_parts)[:_SYSTEM_HEAD], history
+    # ------------------------------------------------------------------------------- echo
 
     def _is_echo(self, user: str, user_len: int, history: list[str]) -> bool:
-        stripped = self._fence.sub("\n", user)
-        zones = [(0, min(len(stripped), _INSTR_HEAD))]
-        if len(stripped) > _INSTR_HEAD:
-            zones.append((max(_INSTR_HEAD, len(stripped) - _INSTR_TAIL), len(stripped)))
+        stripped = (self._fence.sub("\n", user) if "```" in user else user).lower()
+        size = len(stripped)
+        zones = [(0, min(size, _INSTR_HEAD))]
+        if size > _INSTR_HEAD:
+            zones.append((max(_INSTR_HEAD, size - _INSTR_TAIL), size))
+        zone_tokens = [_tokens(stripped[a:b]) for a, b in zones]
 
-        for a, b in zones:
-            explicit = self._echo_explicit.search(stripped, a, b)
-            if explicit is not None:
-                # "Write a function that prints it 5 times" wants the function.
-                write = self._code_create.search(stripped, a, b)
-                return write is None or write.end() > explicit.end()
+        for (a, b), tokens in zip(zones, zone_tokens, strict=True):
+            if tokens & _EXPLICIT_GATE:
+                explicit = self._echo_explicit.search(stripped, a, b)
+                if explicit is not None:
+                    # "Write a function that prints it 5 times" wants the function.
+                    write = self._find_code_write(stripped, tokens, a, b, create_only=True)
+                    return write is None or write.end() > explicit.end()
 
-        for a, b in zones:
-            match = self._echo_strong.search(stripped, a, b)
-            weak = match is None
-            if weak:
-                match = self._echo_weak.search(stripped, a, b)
+        for (a, b), tokens in zip(zones, zone_tokens, strict=True):
+            match, strong = self._first_echo_match(stripped, tokens, a, b)
             if match is None or self._is_question(self._sentence_at(stripped, match)):
                 continue
-            if weak and self._debug.search(stripped, 0, _INSTR_HEAD + _INSTR_TAIL):
+            head = stripped[: _INSTR_HEAD + _INSTR_TAIL]
+            if not strong and _has_debug(head, _tokens(head)):
                 continue
             # "Write a script that converts this CSV" asks for new code, not the CSV back.
-            write = self._code_create.search(stripped, a, b)
+            write = self._find_code_write(stripped, tokens, a, b, create_only=True)
             if write is not None and write.start() <= match.start():
                 continue
             line_start = stripped.rfind("\n", 0, match.start()) + 1
             line_end = stripped.find("\n", match.end())
             if line_end < 0:
-                line_end = len(stripped)
+                line_end = size
             colon = stripped.find(":", match.end(), line_end)
             instruction = (colon if colon >= 0 else line_end) - line_start
             if user_len - instruction >= _MIN_PAYLOAD or user.count("\n") >= _MIN_PAYLOAD_LINES:
@@ -439,7 +552,36 @@ class TaskClassifier:
 
         return self._is_order_on_payload(user, user_len, stripped)
 
-    def _is_order_on_payload(self, user: str, user_len: int, stripped: str) -> bool:
+    def _first_echo_match(
+        self, text: str, tokens: frozenset[str], start: int, end: int
+    ) -> tuple[re.Match[str] | None, bool]:
+        """Leftmost strong echo match in text[start:end], else the leftmost weak one."""
+        best: dict[bool, re.Match[str]] = {}
+        for word in tokens & self._echo_rule_words:
+            rules = self._echo_rules[word]
+            for pos in _occurrences(text, word, start, end):
+                for pattern, strong in rules:
+                    found = best.get(strong)
+                    if found is not None and found.start() <= pos:
+                        continue
+                    match = pattern.match(text, pos, end)
+                    if match is not None:
+                        best[strong] = match
+        for stem in _ECHO_STEMS:
+            if stem not in text:
+                continue
+            # Occurrences come in order, so only the first can be the leftmost.
+            for pos in _occurrences(text, stem, start, end, whole_word=False):
+                found = best.get(True)
+                stem_match = self._echo_stem_rule.match(text, pos, end)
+                if stem_match is not None and (found is None or pos < found.start()):
+                    best[True] = stem_match
+                break
+        if True in best:
+            return best[True], True
+        return best.get(False), False
+
+    def _is_order_on_payload(self, raw: str, user_len: int, stripped: str) -> bool:
         """Structural fallback: a short order aimed at a pasted payload, asking nothing about it.
 
         Edit requests are phrased in endless ways ("Spanish version of this", "tighten this
@@ -448,43 +590,52 @@ class TaskClassifier:
         """
         if user_len < _MIN_PAYLOAD:
             return False
+        lower = raw.lower()
         candidates: list[str] = []
-        if "```" in user:
+        if "```" in lower:
             text = stripped.strip()
             if len(text) <= _MAX_INSTRUCTION:
                 candidates.append(text)
         else:
-            head = user.find("\n\n")
+            head = lower.find("\n\n")
             if 0 < head <= _MAX_INSTRUCTION:
-                candidates.append(user[:head])
-            tail = user.rfind("\n\n")
-            if tail > head and len(user) - tail <= _MAX_INSTRUCTION:
-                candidates.append(user[tail:])
+                candidates.append(lower[:head])
+            tail = lower.rfind("\n\n")
+            if tail > head and len(lower) - tail <= _MAX_INSTRUCTION:
+                candidates.append(lower[tail:])
             if not candidates:
-                line_end = user.find("\n")
-                first_line = user if line_end < 0 else user[:line_end]
+                line_end = lower.find("\n")
+                first_line = lower if line_end < 0 else lower[:line_end]
                 colon = first_line.find(":")
                 if 0 < colon <= _MAX_INSTRUCTION:
                     candidates.append(first_line[:colon])
-        if not candidates or self._error_log.search(user):
+        if not candidates or _has_error_log(raw):
             return False
         ordered = False
         for text in candidates:
+            tokens = _tokens(text)
             if (
-                self._analysis.search(text)
-                or self._debug.search(text)
-                or self._create_new.search(text)
-                or self._code_create.search(text)
+                tokens & _ANALYSIS_WORDS
+                or any(t.startswith(_ANALYSIS_STEMS) for t in tokens)
+                or _has_debug(text, tokens)
+                or self._creates_something(text, tokens)
                 or any(self._is_question(m.group()) for m in self._sentence.finditer(text))
             ):
                 return False
             if (
                 user_len - len(text) >= _MIN_PAYLOAD
-                and self._deictic.search(text)
+                and tokens & _DEICTIC_WORDS
                 and not self._presentational.match(text)
             ):
                 ordered = True
         return ordered
+
+    def _creates_something(self, text: str, tokens: frozenset[str]) -> bool:
+        for word in tokens & _CREATE_VERBS:
+            for pos in _occurrences(text, word, 0, len(text)):
+                if self._create_new.match(text, pos):
+                    return True
+        return self._find_code_write(text, tokens, 0, len(text), create_only=True) is not None
 
     def _sentence_at(self, text: str, match: re.Match[str]) -> str:
         start = max(text.rfind(c, 0, match.start()) for c in ".!?\n") + 1
@@ -496,40 +647,166 @@ class TaskClassifier:
             return True
         return sentence.rstrip().endswith("?") and not self._request_opener.match(sentence)
 
-    def _code_score(self, lower: str, raw: str) -> int:
-        words = set(self._word.findall(lower))
-        score = sum(self._code_words[w] for w in words & self._code_word_keys)
-        score -= 2 * len(words & self._prose_words)
+    # ------------------------------------------------------------------------------- code
+
+    def _code_score(self, raw: str) -> int:
+        lower = raw.lower()
+        tokens = _tokens(lower)
+        score = sum(_CODE_WORDS[w] for w in tokens & self._code_word_keys)
+        score -= 2 * len(tokens & _PROSE_WORDS)
         syntax = 0
-        for _ in self._syntax.finditer(raw):
+        for pattern in (self._line_syntax, self._operators, self._cli_flag):
+            for _ in pattern.finditer(lower):
+                syntax += 1
+                if syntax >= 4:
+                    break
+        if syntax < 4 and lower.count("`") >= 2:
             syntax += 1
-            if syntax == 4:
-                break
-        score += syntax
-        if "```" in raw:
+        if syntax < 4:
+            for call in self._call.finditer(lower):
+                if call.start() > 0 and lower[call.start() - 1].isalnum():
+                    syntax += 1
+                    if syntax >= 4:
+                        break
+        score += min(syntax, 4)
+        if "```" in lower:
             score += 3
-        if self._file_path.search(raw):
+        if "." in lower and self._file_path.search(lower):
             score += 2
-        if self._error_log.search(raw):
+        if _has_error_log(raw):
             score += 3
-        if self._code_write.search(lower) or self._code_phrases.search(lower):
+        if self._find_code_write(lower, tokens, 0, len(lower)) is not None or self._mentions_cs(
+            lower, tokens
+        ):
             score += 3
-        if self._prose_write.search(lower):
+        if tokens & _PROSE_NOUNS and self._find_prose_write(lower, tokens):
             score -= 6
-        if self._narrative.search(lower):
+        if _any_rule(lower, tokens, self._narrative) or (
+            any(s in lower for s in _NARRATIVE_STEMS) or self._decade.search(lower)
+        ):
             score -= 2
         return score
+
+    def _find_code_write(
+        self, text: str, tokens: frozenset[str], start: int, end: int, *, create_only: bool = False
+    ) -> re.Match[str] | None:
+        """First "write/create ... function/script/..." in text[start:end]."""
+        if not tokens & _CODE_NOUN_WORDS:
+            return None
+        verbs = tokens & (_CREATE_VERBS if create_only else _WRITE_VERBS)
+        first: re.Match[str] | None = None
+        for word in verbs:
+            for pos in _occurrences(text, word, start, end):
+                if first is not None and first.start() <= pos:
+                    break
+                match = self._code_write.match(text, pos, end)
+                if match is not None:
+                    first = match
+                    break
+        return first
+
+    def _find_prose_write(self, text: str, tokens: frozenset[str]) -> bool:
+        for word in tokens & _PROSE_VERBS:
+            for pos in _occurrences(text, word, 0, len(text)):
+                if self._prose_write.match(text, pos):
+                    return True
+        return False
+
+    def _mentions_cs(self, text: str, tokens: frozenset[str]) -> bool:
+        for word in tokens & _AMBIGUOUS_LANGS:
+            for pos in _occurrences(text, word, 0, len(text)):
+                if self._lang_preposition.search(text, max(0, pos - 7), pos):
+                    return True
+        return _any_rule(text, tokens, self._cs_phrases)
 
     def _system_is_coding(self, system: str) -> bool:
         cached = self._system_cache.get(system)
         if cached is not None:
             return cached
-        lower = system.lower()
-        verdict = bool(self._coding_system.search(lower)) or self._code_score(lower, system) >= 4
-        if len(self._system_cache) >= _SYSTEM_CACHE_SIZE:
-            self._system_cache.clear()
-        self._system_cache[system] = verdict
+        verdict = bool(self._coding_system.search(system)) or self._code_score(system) >= 4
+        if self._system_cache_size > 0:
+            if len(self._system_cache) >= self._system_cache_size:
+                self._system_cache.clear()
+            self._system_cache[system] = verdict
         return verdict
+
+
+def _tokens(text: str) -> frozenset[str]:
+    return frozenset(text.translate(_TOKEN_TABLE).split())
+
+
+def _occurrences(
+    text: str, word: str, start: int, end: int, *, whole_word: bool = True
+) -> Iterable[int]:
+    """Start offsets of ``word`` in text[start:end] that begin a word (not "s.replace")."""
+    found = 0
+    pos = text.find(word, start, end)
+    while pos >= 0 and found < _MAX_OCCURRENCES:
+        before = text[pos - 1] if pos > 0 else " "
+        after_index = pos + len(word)
+        after = text[after_index] if after_index < len(text) else " "
+        if not (before.isalnum() or before in "._") and (
+            not whole_word or not (after.isalnum() or after == "_")
+        ):
+            found += 1
+            yield pos
+        pos = text.find(word, pos + 1, end)
+
+
+def _any_rule(text: str, tokens: frozenset[str], rules: _Rules) -> bool:
+    for word in tokens & rules.keys():
+        for pos in _occurrences(text, word, 0, len(text)):
+            if any(pattern.match(text, pos) for pattern, _ in rules[word]):
+                return True
+    return False
+
+
+def _has_debug(text: str, tokens: frozenset[str]) -> bool:
+    return bool(
+        tokens & _DEBUG_WORDS
+        or any(t.startswith(_DEBUG_STEMS) for t in tokens)
+        or any(p in text for p in _DEBUG_PHRASES)
+    )
+
+
+def _has_error_log(raw: str) -> bool:
+    """A stack trace or compiler/runtime error in original case ("TypeError", "npm ERR!")."""
+    if any(marker in raw for marker in _ERROR_MARKERS):
+        return True
+    for suffix in ("Error", "Exception"):
+        pos = raw.find(suffix, 1)
+        while pos > 0:
+            end = pos + len(suffix)
+            if raw[pos - 1].isalpha() and (end == len(raw) or not raw[end].isalnum()):
+                return True
+            pos = raw.find(suffix, end)
+    return False
+
+
+def _split_messages(messages: Sequence[Any]) -> tuple[str, int, str, list[str]]:
+    """The last user message (bounded, and its full length), system prompt head, recent turns."""
+    last_user = -1
+    for i in range(len(messages) - 1, -1, -1):
+        msg = messages[i]
+        if isinstance(msg, Mapping) and msg.get("role") == "user":
+            last_user = i
+            break
+    if last_user < 0:
+        # No user turn (e.g. a prefilled assistant continuation): judge the last message.
+        last_user = len(messages) - 1
+    last = messages[last_user]
+    content = last.get("content") if isinstance(last, Mapping) else None
+    user, user_len = _bounded(_content_text(content), _USER_HEAD, _USER_TAIL)
+
+    system_parts: list[str] = []
+    for msg in messages[:3]:
+        if isinstance(msg, Mapping) and msg.get("role") in ("system", "developer"):
+            system_parts.append(_content_text(msg.get("content"))[:_SYSTEM_HEAD])
+    history: list[str] = []
+    for msg in messages[max(0, last_user - _HISTORY_MESSAGES) : last_user]:
+        if isinstance(msg, Mapping) and msg.get("role") in ("user", "assistant"):
+            history.append(_content_text(msg.get("content")))
+    return user, user_len, "\n".join(system_parts)[:_SYSTEM_HEAD], history
 
 
 def _content_text(content: object) -> str:
@@ -555,8 +832,8 @@ def _prompt_text(prompt: object) -> str:
     return ""
 
 
-def _bounded(text: str) -> tuple[str, int]:
-    """Head and tail of ``text`` within the scan budget, plus the full length."""
-    if len(text) <= _USER_HEAD + _USER_TAIL:
+def _bounded(text: str, head: int, tail: int) -> tuple[str, int]:
+    """Head and tail of ``text`` within a scan budget, plus the full length."""
+    if len(text) <= head + tail:
         return text, len(text)
-    return text[:_USER_HEAD] + "\n" + text[-_USER_TAIL:], len(text)
+    return text[:head] + "\n" + text[-tail:], len(text)

@@ -1,0 +1,65 @@
+"""A real draft-mtp backend under the supervisor, answering through the proxy."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.conftest import ROOT, RunningProxy, start_proxy
+
+PROMPT = [{"role": "user", "content": "Tell me a long story."}]
+
+
+@pytest.fixture(scope="module")
+def mtp_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProxy]:
+    log = tmp_path_factory.mktemp("mtp") / "proxy.log"
+    running = start_proxy(ROOT / "tests" / "configs" / "mtp.yaml", log)
+    try:
+        running.wait_ready()
+        yield running
+    finally:
+        running.stop()
+
+
+def _timings(proxy: RunningProxy, model: str, stream: bool = False) -> dict[str, float]:
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="x", max_retries=0)
+    if not stream:
+        raw = client.chat.completions.with_raw_response.create(
+            model=model, messages=PROMPT, max_tokens=48, temperature=0
+        )
+        assert raw.headers["x-specproxy-backend"] == model
+        return dict(json.loads(raw.text)["timings"])
+    with client.chat.completions.with_streaming_response.create(
+        model=model, messages=PROMPT, max_tokens=48, temperature=0, stream=True
+    ) as resp:
+        events = [json.loads(e[6:]) for e in resp.iter_lines() if e.startswith("data: {")]
+    return dict(next(e["timings"] for e in reversed(events) if "timings" in e))
+
+
+def test_mtp_backend_is_supervised_and_detected(mtp_proxy: RunningProxy) -> None:
+    backends = mtp_proxy.health()["backends"]
+    assert isinstance(backends, dict)
+    assert backends["mtp"]["spec_type"] == "draft-mtp" and backends["mtp"]["pid"]
+    log = Path(mtp_proxy.log_path).read_text()
+    assert "--spec-type" in log and "draft-mtp" in log
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_mtp_head_drafts_and_its_tokens_are_accepted(mtp_proxy: RunningProxy, stream: bool) -> None:
+    timings = _timings(mtp_proxy, "mtp", stream)
+    assert timings["draft_n"] > 0
+    assert timings["draft_n_accepted"] / timings["draft_n"] > 0.9
+
+
+def test_a_noisy_mtp_head_is_accepted_less(mtp_proxy: RunningProxy) -> None:
+    timings = _timings(mtp_proxy, "mtp-noisy")
+    assert timings["draft_n"] > 0
+    assert timings["draft_n_accepted"] / timings["draft_n"] < 0.5
+
+
+def test_plain_backend_on_the_same_model_does_not_draft(mtp_proxy: RunningProxy) -> None:
+    assert "draft_n" not in _timings(mtp_proxy, "tiny-plain")
