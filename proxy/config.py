@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 from pathlib import Path
@@ -139,6 +141,20 @@ class Settings(BaseSettings):
     connect_timeout_s: float = Field(default=5.0, gt=0)
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
 
+    calibration_requests: int = Field(
+        default=1, ge=0, description="reference requests per backend and task at start-up"
+    )
+    calibration_max_tokens: int = Field(default=96, ge=8)
+    explore_share: float = Field(
+        default=0.05,
+        ge=0.0,
+        le=0.5,
+        description="share of auto requests sent to a non-best backend",
+    )
+    scoreboard_file: Path | None = Field(
+        default=None, description="where measurements persist (default: in cache_dir)"
+    )
+
     log_format: LogFormat = "auto"
     log_level: str = "info"
     log_prompts: bool = False
@@ -150,6 +166,16 @@ class Settings(BaseSettings):
         if dupes:
             raise ValueError(f"backend names must be unique; repeated: {', '.join(dupes)}")
         return self
+
+    def backends_fingerprint(self) -> str:
+        """Short hash of the backend definitions: measurements are only valid for the same ones."""
+        blob = json.dumps([b.model_dump() for b in self.backends], sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    def scoreboard_path(self) -> Path:
+        """The scoreboard's file for this set of backends."""
+        default = self.cache_dir / "scoreboards" / f"{self.backends_fingerprint()}.json"
+        return self.scoreboard_file or default
 
     @classmethod
     def settings_customise_sources(

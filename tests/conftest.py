@@ -84,7 +84,14 @@ class RunningProxy:
 def start_proxy(config: Path, log_path: Path, **env: str) -> RunningProxy:
     """Start `python -m proxy serve` on a free port with this config; does not wait."""
     port = free_port()
-    environ = {**os.environ, "SPECPROXY_PORT": str(port), "SPECPROXY_LOG_FORMAT": "json", **env}
+    environ = {
+        **os.environ,
+        "SPECPROXY_PORT": str(port),
+        "SPECPROXY_LOG_FORMAT": "json",
+        # Each proxy measures afresh unless a test shares a file on purpose.
+        "SPECPROXY_SCOREBOARD_FILE": str(log_path.with_suffix(".scoreboard.json")),
+        **env,
+    }
     with log_path.open("w") as log_file:
         process = subprocess.Popen(
             [sys.executable, "-m", "proxy", "--config", str(config), "serve"],

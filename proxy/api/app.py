@@ -2,21 +2,30 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import aiohttp
 from aiohttp import web
 
 from proxy.api.errors import openai_errors
 from proxy.api.routes import add_routes
-from proxy.api.state import POOL, ROUTER, SESSION, SETTINGS
+from proxy.api.state import METRICS, POOL, ROUTER, SESSION, SETTINGS
 from proxy.backends.launch import LaunchSpec
 from proxy.backends.pool import BackendPool
 from proxy.config import Settings
+from proxy.log import get_logger
+from proxy.metrics import ProxyMetrics
+from proxy.routing.calibration import calibrate
 from proxy.routing.classifier import TaskClassifier
 from proxy.routing.policy import RoutePolicy
 from proxy.routing.router import Router
 from proxy.routing.scoreboard import Scoreboard
+
+_SAVE_EVERY_S = 30.0
+log = get_logger("specproxy")
 
 
 def build_app(settings: Settings, specs: list[LaunchSpec]) -> web.Application:
@@ -24,7 +33,9 @@ def build_app(settings: Settings, specs: list[LaunchSpec]) -> web.Application:
     app = web.Application(middlewares=[openai_errors], client_max_size=settings.max_body_bytes)
     app[SETTINGS] = settings
     scoreboard = Scoreboard()
-    app[ROUTER] = Router(TaskClassifier(), RoutePolicy(scoreboard), scoreboard)
+    policy = RoutePolicy(scoreboard, explore_share=settings.explore_share)
+    app[ROUTER] = Router(TaskClassifier(), policy, scoreboard)
+    app[METRICS] = ProxyMetrics({s.config.name: s.config.spec_type for s in specs}, scoreboard)
 
     async def backends_ctx(app: web.Application) -> AsyncIterator[None]:
         timeout = aiohttp.ClientTimeout(total=None, connect=settings.connect_timeout_s)
@@ -39,6 +50,39 @@ def build_app(settings: Settings, specs: list[LaunchSpec]) -> web.Application:
             finally:
                 await app[POOL].stop()
 
+    async def measurements_ctx(app: web.Application) -> AsyncIterator[None]:
+        path = settings.scoreboard_path()
+        log.info("scoreboard loaded", path=str(path), estimates=scoreboard.load(path))
+        task = asyncio.create_task(_keep_measured(app, settings, scoreboard, path))
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            scoreboard.save(path)
+
     app.cleanup_ctx.append(backends_ctx)
+    app.cleanup_ctx.append(measurements_ctx)
     add_routes(app)
     return app
+
+
+async def _keep_measured(
+    app: web.Application, settings: Settings, scoreboard: Scoreboard, path: Path
+) -> None:
+    """Calibrate once backends are ready, then persist the scoreboard every half minute."""
+    pool = app[POOL]
+    await pool.wait_ready()
+    if settings.calibration_requests:
+        made = await calibrate(
+            list(pool),
+            scoreboard,
+            app[SESSION],
+            settings.calibration_requests,
+            settings.calibration_max_tokens,
+        )
+        log.info("calibration done", requests=made)
+    while True:
+        scoreboard.save(path)
+        await asyncio.sleep(_SAVE_EVERY_S)

@@ -1,7 +1,8 @@
-"""HTTP handlers: the OpenAI endpoints, /v1/models and /health."""
+"""HTTP handlers: the OpenAI endpoints, /v1/models, /health and /metrics."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -11,9 +12,10 @@ from aiohttp import web
 
 from proxy.api.errors import ApiError
 from proxy.api.relay import relay
-from proxy.api.state import POOL, ROUTER, SESSION, SETTINGS
+from proxy.api.state import METRICS, POOL, ROUTER, SESSION, SETTINGS
 from proxy.api.validation import Endpoint, validate_body
 from proxy.log import get_logger
+from proxy.metrics import CONTENT_TYPE, RequestRecord
 from proxy.routing.router import AUTO_MODEL, AUTO_TASK_MODELS, NoBackendError, UnknownModelError
 from proxy.routing.scoreboard import Outcome
 
@@ -36,6 +38,26 @@ async def _read_json(request: web.Request) -> Any:
 
 
 async def _complete(request: web.Request, endpoint: Endpoint) -> web.StreamResponse:
+    """Serve one completion and record it in the metrics exactly once, errors included."""
+    seen = RequestRecord(endpoint)
+    try:
+        return await _serve(request, endpoint, seen)
+    except (ApiError, web.HTTPException) as exc:
+        seen.status = exc.status
+        raise
+    except asyncio.CancelledError:
+        seen.status = 499  # "client closed request", as nginx counts it
+        raise
+    except Exception:
+        seen.status = 500
+        raise
+    finally:
+        request.app[METRICS].observe(seen)
+
+
+async def _serve(
+    request: web.Request, endpoint: Endpoint, seen: RequestRecord
+) -> web.StreamResponse:
     body = validate_body(await _read_json(request), endpoint)
     app = request.app
     router, pool = app[ROUTER], app[POOL]
@@ -62,6 +84,7 @@ async def _complete(request: web.Request, endpoint: Endpoint) -> web.StreamRespo
         ) from None
     supervisor = pool.get(backend.name)
     assert supervisor is not None
+    seen.backend, seen.task, seen.route = backend.name, task, choice.reason
     request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex[:16]
     headers = {
         "X-Specproxy-Backend": backend.name,
@@ -85,6 +108,7 @@ async def _complete(request: web.Request, endpoint: Endpoint) -> web.StreamRespo
         raise
     finally:
         supervisor.in_flight -= 1
+    seen.measured, seen.status = measured, measured.status
     timings = measured.timings
     outcome = Outcome(
         backend=backend.name,
@@ -160,9 +184,36 @@ async def health(request: web.Request) -> web.Response:
     return web.json_response({"status": status, "backends": backends}, status=200 if ready else 503)
 
 
+async def scoreboard(request: web.Request) -> web.Response:
+    """GET /scoreboard: what the router has measured, per backend, task class and load level."""
+    rows = [
+        {
+            "backend": backend,
+            "task": task,
+            "level": level,
+            "tokens_per_s": round(est.tokens_per_s, 2),
+            "ttft_s": round(est.ttft_s, 4),
+            "acceptance": None if est.acceptance is None else round(est.acceptance, 4),
+            "recent_acceptance": est.recent_acceptance,
+            "samples": est.samples,
+        }
+        for (backend, task, level), est in request.app[ROUTER].scoreboard.items()
+    ]
+    return web.json_response({"estimates": rows})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """GET /metrics: Prometheus text for the proxy, its router and every ready backend."""
+    app = request.app
+    body = await app[METRICS].render(app[POOL], app[SESSION])
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+
 def add_routes(app: web.Application) -> None:
     """Register every endpoint."""
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)
     app.router.add_get("/v1/models", list_models)
     app.router.add_get("/health", health)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/scoreboard", scoreboard)

@@ -7,9 +7,11 @@ from aiohttp import web
 
 from proxy.backends.pool import BackendPool
 from proxy.config import Settings
+from proxy.metrics import ProxyMetrics
 from proxy.routing.router import Router
 
 SETTINGS = web.AppKey("settings", Settings)
 POOL = web.AppKey("pool", BackendPool)
 ROUTER = web.AppKey("router", Router)
 SESSION = web.AppKey("session", aiohttp.ClientSession)
+METRICS = web.AppKey("metrics", ProxyMetrics)

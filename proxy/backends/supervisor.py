@@ -61,6 +61,11 @@ class BackendSupervisor:
         return self.spec.config.spec_type
 
     @property
+    def draft_n_max(self) -> int:
+        """Tokens drafted per step (llama-server's default is 3)."""
+        return self.spec.config.draft_n_max or 3
+
+    @property
     def pid(self) -> int | None:
         """The llama-server process id, if the proxy runs one."""
         return self.process.pid if self.process and self.process.returncode is None else None

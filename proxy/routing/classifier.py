@@ -35,13 +35,36 @@ _SYSTEM_CACHE_SIZE: Final = 256
 _MAX_OCCURRENCES: Final = 4
 
 # Tokens are runs between punctuation and spaces; "+", "#" and "_" stay so that c++, c# and
-# snake_case survive.  str.translate + split is several times cheaper than a regex findall.
-_PUNCT: Final = "".join(c for c in string.punctuation if c not in "+#_") + "“”‘’«»–—…¿¡·"
-_TOKEN_TABLE: Final = str.maketrans(_PUNCT, " " * len(_PUNCT))
+# snake_case survive.  bytes.translate + split is several times cheaper than a regex findall,
+# and than str.translate, which is slow on non-ASCII text.
+_ASCII_PUNCT: Final = bytes(c for c in string.punctuation.encode() if c not in b"+#_")
+_TOKEN_TABLE: Final = bytes.maketrans(_ASCII_PUNCT, b" " * len(_ASCII_PUNCT))
+_UNICODE_PUNCT: Final = "“”‘’«»–—…¿¡·"
+_STEM_KEY: Final = 5
 
 
 def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
+
+
+_Index = dict[str, tuple[str, ...]]  # key -> cues; a cue is only tried when its key is present
+
+
+def _phrase_index(phrases: Iterable[str]) -> _Index:
+    """Index phrases by their first token, so that only phrases that can occur are searched."""
+    index: dict[str, list[str]] = {}
+    for phrase in phrases:
+        key = phrase.encode().translate(_TOKEN_TABLE).decode().split()[0]
+        index.setdefault(key, []).append(phrase)
+    return {key: tuple(cues) for key, cues in index.items()}
+
+
+def _stem_index(stems: Iterable[str]) -> _Index:
+    """Index stems by their first _STEM_KEY characters, matched against token prefixes."""
+    index: dict[str, list[str]] = {}
+    for stem in stems:
+        index.setdefault(stem[:_STEM_KEY], []).append(stem)
+    return {key: tuple(cues) for key, cues in index.items()}
 
 
 # Distinct words that point to code; 2 = rarely anything but software, 1 = ambiguous alone
@@ -131,10 +154,6 @@ _ECHO_RULES: Final[tuple[tuple[str, str, bool], ...]] = (
         r"\w+",
         True,
     ),
-    ("re", r"re-(?:write|format|indent|order)\b", True),
-    ("proof copy", r"(?:proof|copy)-(?:read|edit)", True),
-    ("vuelve", r"vuelve a escribir\b", True),
-    ("swap", r"swap the order\b", True),
     # verbs that transform only when aimed at the payload ("convert this", "put these into")
     (
         """transform turn put port migrate upgrade format sort polish adjust swap split metti
@@ -159,7 +178,6 @@ _ECHO_RULES: Final[tuple[tuple[str, str, bool], ...]] = (
         r"\w+",
         True,
     ),
-    ("type", r"type (?:hints?|annotations?)\b", True),
     (
         "add aggiungi añade agrega ajoute",
         r"\w+\b[^.\n]{0,30}\b(?:type hints?|types|tipi|tipos|annotations?|annotazioni"
@@ -176,7 +194,6 @@ _ECHO_RULES: Final[tuple[tuple[str, str, bool], ...]] = (
         True,
     ),
     ("replace replacing replaces", r"\w+\b[^.\n]{1,80}\b(?:with|by)\b", True),
-    ("instead", r"instead of\b", True),
     (
         "same",
         r"same (?:\w+ ){0,2}(?:but|in|with)\b|same (?:content|wording|structure|layout"
@@ -210,19 +227,7 @@ _ECHO_RULES: Final[tuple[tuple[str, str, bool], ...]] = (
     ("give send hand say read write type", r"\w+\b[^.\n]{0,30}\bback\b", True),
     ("return", r"return (?:it|them)\b", True),
     ("give show return send", r"\w+ (?:me )?(?:back )?the (?:result|new version)\b", True),
-    ("on", r"on (?:its|their) own line\b", True),
-    ("one", r"one per line\b", True),
     ("throughout durchgehend verbatim unchanged unverändert", r"\w+", True),
-    ("word", r"word for word\b", True),
-    ("as", r"as it is\b", True),
-    ("keep", r"keep (?:the rest|everything else|(?:the )?behaviou?r)\b", True),
-    ("without", r"without (?:changing|adding)\b", True),
-    ("don do", r"(?:don'?t|do not) (?:change|add anything)\b", True),
-    ("senza", r"senza (?:modifiche|cambiare|modificare)\b", True),
-    ("tale", r"tale e quale\b", True),
-    ("sin", r"sin (?:cambios|modificar)\b", True),
-    ("sans", r"sans (?:modification|changer)\b", True),
-    ("ohne", r"ohne (?:änderungen|zu ändern)\b", True),
     ("metti", r"metti\b[^.\n]{0,40}\bin (?:una |un )?(?:tabella|lista|elenco|ordine)\b", True),
     ("formuliere schreibe", r"\w+\b[^.\n]{0,80}\bum\b", True),
     ("füge", r"füge\b[^.\n]{0,60}(?:kommentar|dokumentation|typ)\w*[^.\n]{0,20}\bhinzu\b", True),
@@ -234,11 +239,56 @@ _ECHO_RULES: Final[tuple[tuple[str, str, bool], ...]] = (
         False,
     ),
 )
+# Fixed phrases that mean "the same text back, changed": found with a substring test, which
+# is far cheaper than trying a regex at every "as" or "on".
+_ECHO_PHRASES: Final = (
+    "re-write",
+    "re-format",
+    "re-indent",
+    "re-order",
+    "proof-read",
+    "copy-edit",
+    "vuelve a escribir",
+    "swap the order",
+    "type hint",
+    "type annotation",
+    "instead of",
+    "on its own line",
+    "on their own line",
+    "one per line",
+    "word for word",
+    "as it is",
+    "keep the rest",
+    "keep everything else",
+    "keep the behaviour",
+    "keep the behavior",
+    "keep behaviour",
+    "keep behavior",
+    "without changing",
+    "without adding",
+    "don't change",
+    "dont change",
+    "do not change",
+    "don't add anything",
+    "do not add anything",
+    "senza modifiche",
+    "senza cambiare",
+    "senza modificare",
+    "tale e quale",
+    "sin cambios",
+    "sin modificar",
+    "sans modification",
+    "sans changer",
+    "ohne änderungen",
+    "ohne zu ändern",
+)
 # Stems (Italian/Spanish/German inflections, clitics): found with a substring test.
-_ECHO_STEMS: Final = (
+_ECHO_STEMS_TEXT: Final = (
     "translat riscriv riformul corregg tradu tradú riformatt restituisci ripet semplific reescr"
     " reformul corrij réécri übersetz korrigier formatier"
-).split()
+)
+_ECHO_PHRASE_INDEX: Final = _phrase_index(_ECHO_PHRASES)
+_ECHO_STEM_INDEX: Final = _stem_index(_ECHO_STEMS_TEXT.split())
 
 _ECHO_EXPLICIT: Final = (
     r"\b(?:repeat|ripeti|repite|répète|wiederhole|say|write|scrivi|escribe|écris|schreibe"
@@ -273,7 +323,7 @@ _ANALYSIS_WORDS: Final = _words(
     meaning significato compare confronta reply respond answer rispondi responde réponds
     antworte headline tagline slogan caption hashtag hashtags keywords"""
 )
-_ANALYSIS_STEMS: Final = tuple(
+_ANALYSIS_STEM_INDEX: Final = _stem_index(
     """explain spieg explic expliq erklär summar riassum resum résum zusammen review critique
     critic analy anali assess evaluat valuta suggest recommend consigli continua extract estra
     title titol""".split()
@@ -281,8 +331,7 @@ _ANALYSIS_STEMS: Final = tuple(
 _DEBUG_WORDS: Final = _words(
     "error errors exception traceback bug bugs broken wrong why warning panic"
 )
-_DEBUG_STEMS: Final = ("crash", "fail")
-_DEBUG_PHRASES: Final = ("doesn't work", "doesnt work", "not working")
+_DEBUG_SUBSTRINGS: Final = ("crash", "fail", "doesn't work", "doesnt work", "not working")
 _CREATE_VERBS: Final = _words(
     """write draft compose create generate produce propose implement build scrivi crea genera
     proponi implementa escribe redacta écris rédige génère crée schreibe erstelle verfasse
@@ -326,52 +375,82 @@ _PROSE_WRITE: Final = (
     r"|lyrics|song|racconto|poesia|lettera|mail|discorso|biografia|cuento|poema|carta|histoire"
     r"|poème|lettre|geschichte|gedicht|brief|rede)\b"
 )
-_NARRATIVE_RULES: Final[tuple[tuple[str, str], ...]] = (
-    ("who", r"who (?:created|invented|founded|wrote|was|were)\b"),
-    ("tell", r"tell me (?:about|the story)\b"),
-    ("were was", r"\w+ born\b"),
-    ("chi", r"chi (?:ha|era)\b"),
-    ("quién", r"quién\b"),
+_NARRATIVE_PHRASES: Final = (
+    "who created",
+    "who invented",
+    "who founded",
+    "who wrote",
+    "who was",
+    "who were",
+    "tell me about",
+    "tell me the story",
+    "was born",
+    "were born",
+    "chi ha",
+    "chi era",
+    "quién",
+    "evolve",
+    "evolved",
+    "evolving",
+    "evolution",
 )
-_NARRATIVE_STEMS: Final = ("evolv",)
-_DECADE: Final = r"\d{4}s\b"
+_NARRATIVE_INDEX: Final = _phrase_index(_NARRATIVE_PHRASES)
+_DECADE: Final = r"[0-9]{4}s\b"
 # Language names that are ordinary words elsewhere count after "in", "using"...
 _AMBIGUOUS_LANGS: Final = _words("go c r java rust swift ruby shell dart julia elixir zig ocaml")
-_LANG_PREPOSITION: Final = r"(?:^|\W)(?:in|using|with|con|en|mit|per)\s+$"
-_CS_PHRASE_RULES: Final[tuple[tuple[str, str], ...]] = (
-    ("time space", r"\w+ complexity\b"),
-    ("big", r"big-?o\b"),
-    ("linked", r"linked lists?\b"),
-    ("binary", r"binary (?:search|tree)\b"),
-    ("hash", r"hash (?:map|table)\b"),
-    ("data", r"data structures?\b"),
+_LANG_PHRASES: Final = {
+    lang: tuple(f"{prep} {lang}" for prep in ("in", "using", "with", "con", "en", "mit", "per"))
+    for lang in _AMBIGUOUS_LANGS
+}
+_CS_PHRASES: Final = (
+    "time complexity",
+    "space complexity",
+    "big-o",
+    "big o",
+    "linked list",
+    "binary search",
+    "binary tree",
+    "hash map",
+    "hash table",
+    "data structure",
 )
+_CS_INDEX: Final = _phrase_index(_CS_PHRASES)
 # An explicit change of subject cancels the coding context of the session.
-_TOPIC_RESET_RULES: Final[tuple[tuple[str, str], ...]] = (
-    ("unrelated btw", r"\w+"),
-    ("off", r"off[- ]topic\b"),
-    ("different", r"different (?:topic|question)\b"),
-    ("change", r"change of topic\b"),
-    ("by", r"by the way\b"),
-    ("cambiando", r"cambiando discorso\b"),
-    ("parte", r"parte questo\b"),
-    ("otra", r"otra pregunta\b"),
-    ("autre", r"autre question\b"),
+_TOPIC_RESET_PHRASES: Final = (
+    "unrelated",
+    "btw",
+    "off-topic",
+    "off topic",
+    "different topic",
+    "different question",
+    "change of topic",
+    "by the way",
+    "cambiando discorso",
+    "a parte questo",
+    "otra pregunta",
+    "autre question",
 )
+_TOPIC_RESET_INDEX: Final = _phrase_index(_TOPIC_RESET_PHRASES)
 
 # Source-code syntax.  Each pattern starts with a literal, a character class or a line anchor
 # so that the regex engine can skip ahead cheaply.
-_LINE_SYNTAX: Final = (
-    r"^[ \t]*(?:def|class|import|from\s+\S+\s+import|#include|function|const|let|var|public"
-    r"|private|protected|fn|func|package|using|select|insert|create table|return|struct|impl"
-    r"|use|export|async|@\w+)\b"
+_LINE_KEYWORDS: Final = (
+    *(
+        f"{word} "
+        for word in """def class import from function const let var public private protected
+        fn func package using select insert return struct impl use export async""".split()
+    ),
+    "#include",
+    "create table",
+    "@",
 )
-_OPERATORS: Final = r"[;{}][ \t]*$|=>|->|::|!=|==|&&|\|\||\+=|:="
+_OPERATORS: Final = r"=>|->|::|!=|==|&&|\|\||\+=|:="
 _CALL: Final = r"\([\w\s,.'\"=]{0,40}\)"
-_CLI_FLAG: Final = r"[ \t]--?[a-z][\w-]*(?=[ \t=]|$)"
-_FILE_PATH: Final = (
-    r"\b[\w./-]+\.(?:py|js|ts|tsx|jsx|rs|go|java|kt|c|cc|cpp|h|hpp|cs|rb|php|swift|sql|sh|yml"
-    r"|yaml|toml|ini|cfg|gradle|vue|svelte|ipynb)\b"
+_CLI_FLAG: Final = r" --?[a-z][\w-]*(?=[ \t=]|$)"
+# A file name is an extension right after a word character: "src/app.py", "routes.ts".
+_FILE_EXTENSION: Final = (
+    r"\.(?:py|js|ts|tsx|jsx|rs|go|java|kt|c|cc|cpp|h|hpp|cs|rb|php|swift|sql|sh|yml|yaml|toml"
+    r"|ini|cfg|gradle|vue|svelte|ipynb)\b"
 )
 _ERROR_MARKERS: Final = (
     "Traceback (most recent call last)",
@@ -393,7 +472,7 @@ _CODING_SYSTEM: Final = (
 )
 _FENCE: Final = r"```.*?(?:```|\Z)"
 
-_Rules = dict[str, list[tuple[re.Pattern[str], bool]]]
+_Rules = dict[str, list[tuple[re.Pattern[str], bool]]]  # trigger word -> (regex, strong)
 
 
 def _compile_rules(rules: Iterable[tuple[str, str, bool]]) -> _Rules:
@@ -439,7 +518,6 @@ class TaskClassifier:
     def __init__(self, *, system_cache_size: int = _SYSTEM_CACHE_SIZE) -> None:
         self._echo_rules = _compile_rules(_ECHO_RULES)
         self._echo_rule_words = frozenset(self._echo_rules)
-        self._echo_stem_rule = re.compile(r"\w+")
         self._echo_explicit = re.compile(_ECHO_EXPLICIT)
         self._question_opener = re.compile(_QUESTION_OPENER)
         self._request_opener = re.compile(_REQUEST_OPENER)
@@ -449,16 +527,11 @@ class TaskClassifier:
         self._presentational = re.compile(_PRESENTATIONAL)
         self._code_write = re.compile(_CODE_WRITE)
         self._prose_write = re.compile(_PROSE_WRITE)
-        self._narrative = _compile_rules((t, r, True) for t, r in _NARRATIVE_RULES)
         self._decade = re.compile(_DECADE)
-        self._lang_preposition = re.compile(_LANG_PREPOSITION)
-        self._cs_phrases = _compile_rules((t, r, True) for t, r in _CS_PHRASE_RULES)
-        self._topic_reset = _compile_rules((t, r, True) for t, r in _TOPIC_RESET_RULES)
-        self._line_syntax = re.compile(_LINE_SYNTAX, re.MULTILINE)
-        self._operators = re.compile(_OPERATORS, re.MULTILINE)
+        self._operators = re.compile(_OPERATORS)
         self._call = re.compile(_CALL)
         self._cli_flag = re.compile(_CLI_FLAG, re.MULTILINE)
-        self._file_path = re.compile(_FILE_PATH)
+        self._file_extension = re.compile(_FILE_EXTENSION)
         self._fim = re.compile(_FIM)
         self._coding_system = re.compile(_CODING_SYSTEM, re.IGNORECASE)
         self._fence = re.compile(_FENCE, re.DOTALL)
@@ -476,7 +549,7 @@ class TaskClassifier:
             return "prose"
 
     def _classify(self, body: Mapping[str, Any]) -> TaskClass:
-        if not isinstance(body, Mapping):
+        if not _is_mapping(body):
             return "prose"
         if body.get("tools") or body.get("functions"):
             return "code"
@@ -486,38 +559,52 @@ class TaskClassifier:
         system = ""
         history: list[str] = []
         messages = body.get("messages")
-        if isinstance(messages, Sequence) and not isinstance(messages, str) and messages:
+        if messages and _is_list(messages):
             user, user_len, system, history = _split_messages(messages)
         else:
             user, user_len = _bounded(_prompt_text(body.get("prompt")), _USER_HEAD, _USER_TAIL)
         if ("fim" in user or "<PRE>" in user) and self._fim.search(user):
             return "code"
 
-        if self._is_echo(user, user_len, history):
+        lower = user.lower()
+        stripped = self._fence.sub("\n", lower) if "```" in lower else lower
+        head_tokens = _tokens(stripped[:_INSTR_HEAD])
+        if self._is_echo(user, user_len, stripped, head_tokens, history):
             return "echo"
-        score = self._code_score(_bounded(user, _SCORE_HEAD, _SCORE_TAIL)[0])
+        # A short message without fences is tokenised once for both stages.
+        whole = stripped is lower and len(lower) <= _INSTR_HEAD
+        scan = _bounded(user, _SCORE_HEAD, _SCORE_TAIL)[0]
+        score = self._code_score(
+            scan, _CODE_THRESHOLD, lower if whole else None, head_tokens if whole else None
+        )
         if score >= _CODE_THRESHOLD:
             return "code"
-        head = user[:_INSTR_HEAD].lower()
-        if _any_rule(head, _tokens(head), self._topic_reset):
+        head = lower[:_INSTR_HEAD]
+        if _find_phrase(head, head_tokens if whole else _tokens(head), _TOPIC_RESET_INDEX) >= 0:
             return "prose"
         if system and self._system_is_coding(system):
             score += _CODE_THRESHOLD
         if score < _CODE_THRESHOLD and history:
             recent = "\n".join(text[:_HISTORY_HEAD] for text in history[-2:])
-            if self._code_score(recent) >= 2 * _CODE_THRESHOLD:
+            if self._code_score(recent, 2 * _CODE_THRESHOLD) >= 2 * _CODE_THRESHOLD:
                 score += _CODE_THRESHOLD
         return "code" if score >= _CODE_THRESHOLD else "prose"
 
     # ------------------------------------------------------------------------------- echo
 
-    def _is_echo(self, user: str, user_len: int, history: list[str]) -> bool:
-        stripped = (self._fence.sub("\n", user) if "```" in user else user).lower()
+    def _is_echo(
+        self,
+        user: str,
+        user_len: int,
+        stripped: str,
+        head_tokens: frozenset[str],
+        history: list[str],
+    ) -> bool:
         size = len(stripped)
         zones = [(0, min(size, _INSTR_HEAD))]
         if size > _INSTR_HEAD:
             zones.append((max(_INSTR_HEAD, size - _INSTR_TAIL), size))
-        zone_tokens = [_tokens(stripped[a:b]) for a, b in zones]
+        zone_tokens = [head_tokens] + [_tokens(stripped[a:b]) for a, b in zones[1:]]
 
         for (a, b), tokens in zip(zones, zone_tokens, strict=True):
             if tokens & _EXPLICIT_GATE:
@@ -528,21 +615,22 @@ class TaskClassifier:
                     return write is None or write.end() > explicit.end()
 
         for (a, b), tokens in zip(zones, zone_tokens, strict=True):
-            match, strong = self._first_echo_match(stripped, tokens, a, b)
-            if match is None or self._is_question(self._sentence_at(stripped, match)):
+            span, strong = self._first_echo_span(stripped, tokens, a, b)
+            if span is None or self._is_question(self._sentence_at(stripped, *span)):
                 continue
-            head = stripped[: _INSTR_HEAD + _INSTR_TAIL]
-            if not strong and _has_debug(head, _tokens(head)):
+            if not strong and any(
+                _has_debug(stripped[x:y], t) for (x, y), t in zip(zones, zone_tokens, strict=True)
+            ):
                 continue
             # "Write a script that converts this CSV" asks for new code, not the CSV back.
             write = self._find_code_write(stripped, tokens, a, b, create_only=True)
-            if write is not None and write.start() <= match.start():
+            if write is not None and write.start() <= span[0]:
                 continue
-            line_start = stripped.rfind("\n", 0, match.start()) + 1
-            line_end = stripped.find("\n", match.end())
+            line_start = stripped.rfind("\n", 0, span[0]) + 1
+            line_end = stripped.find("\n", span[1])
             if line_end < 0:
                 line_end = size
-            colon = stripped.find(":", match.end(), line_end)
+            colon = stripped.find(":", span[1], line_end)
             instruction = (colon if colon >= 0 else line_end) - line_start
             if user_len - instruction >= _MIN_PAYLOAD or user.count("\n") >= _MIN_PAYLOAD_LINES:
                 return True
@@ -552,31 +640,31 @@ class TaskClassifier:
 
         return self._is_order_on_payload(user, user_len, stripped)
 
-    def _first_echo_match(
+    def _first_echo_span(
         self, text: str, tokens: frozenset[str], start: int, end: int
-    ) -> tuple[re.Match[str] | None, bool]:
-        """Leftmost strong echo match in text[start:end], else the leftmost weak one."""
-        best: dict[bool, re.Match[str]] = {}
+    ) -> tuple[tuple[int, int] | None, bool]:
+        """Leftmost strong echo cue in text[start:end], else the leftmost weak one."""
+        best: dict[bool, tuple[int, int]] = {}
         for word in tokens & self._echo_rule_words:
             rules = self._echo_rules[word]
             for pos in _occurrences(text, word, start, end):
                 for pattern, strong in rules:
                     found = best.get(strong)
-                    if found is not None and found.start() <= pos:
+                    if found is not None and found[0] <= pos:
                         continue
                     match = pattern.match(text, pos, end)
                     if match is not None:
-                        best[strong] = match
-        for stem in _ECHO_STEMS:
-            if stem not in text:
-                continue
-            # Occurrences come in order, so only the first can be the leftmost.
-            for pos in _occurrences(text, stem, start, end, whole_word=False):
-                found = best.get(True)
-                stem_match = self._echo_stem_rule.match(text, pos, end)
-                if stem_match is not None and (found is None or pos < found.start()):
-                    best[True] = stem_match
-                break
+                        best[strong] = match.span()
+        # Phrases and stems may take a suffix ("type hints", "traducilo").
+        stem_keys = {t[:_STEM_KEY] for t in tokens}
+        for cues in _cues(tokens, _ECHO_PHRASE_INDEX) + _cues(stem_keys, _ECHO_STEM_INDEX):
+            for cue in cues:
+                # Occurrences come in order, so only the first can be the leftmost.
+                for pos in _occurrences(text, cue, start, end, whole_word=False):
+                    found = best.get(True)
+                    if found is None or pos < found[0]:
+                        best[True] = (pos, pos + len(cue))
+                    break
         if True in best:
             return best[True], True
         return best.get(False), False
@@ -616,7 +704,7 @@ class TaskClassifier:
             tokens = _tokens(text)
             if (
                 tokens & _ANALYSIS_WORDS
-                or any(t.startswith(_ANALYSIS_STEMS) for t in tokens)
+                or _has_stem(tokens, _ANALYSIS_STEM_INDEX)
                 or _has_debug(text, tokens)
                 or self._creates_something(text, tokens)
                 or any(self._is_question(m.group()) for m in self._sentence.finditer(text))
@@ -637,10 +725,11 @@ class TaskClassifier:
                     return True
         return self._find_code_write(text, tokens, 0, len(text), create_only=True) is not None
 
-    def _sentence_at(self, text: str, match: re.Match[str]) -> str:
-        start = max(text.rfind(c, 0, match.start()) for c in ".!?\n") + 1
-        end = self._sentence_end.search(text, match.end())
-        return text[start : end.end() if end else len(text)]
+    def _sentence_at(self, text: str, start: int, end: int) -> str:
+        """The sentence around text[start:end]."""
+        left = max(text.rfind(c, 0, start) for c in ".!?\n") + 1
+        right = self._sentence_end.search(text, end)
+        return text[left : right.end() if right else len(text)]
 
     def _is_question(self, sentence: str) -> bool:
         if self._question_opener.match(sentence):
@@ -649,42 +738,62 @@ class TaskClassifier:
 
     # ------------------------------------------------------------------------------- code
 
-    def _code_score(self, raw: str) -> int:
-        lower = raw.lower()
-        tokens = _tokens(lower)
+    def _code_score(
+        self,
+        raw: str,
+        need: int,
+        lower: str | None = None,
+        tokens: frozenset[str] | None = None,
+    ) -> int:
+        """Weighted code evidence, counted until it reaches ``need``.
+
+        Negative (narrative) evidence is counted first, so stopping early cannot change the
+        comparison with ``need``.
+        """
+        if lower is None:
+            lower = raw.lower()
+        if tokens is None:
+            tokens = _tokens(lower)
         score = sum(_CODE_WORDS[w] for w in tokens & self._code_word_keys)
         score -= 2 * len(tokens & _PROSE_WORDS)
-        syntax = 0
-        for pattern in (self._line_syntax, self._operators, self._cli_flag):
-            for _ in pattern.finditer(lower):
-                syntax += 1
-                if syntax >= 4:
-                    break
+        if tokens & _PROSE_NOUNS and self._find_prose_write(lower, tokens):
+            score -= 6
+        if _find_phrase(lower, tokens, _NARRATIVE_INDEX) >= 0 or (
+            "0s" in lower and self._decade.search(lower)
+        ):
+            score -= 2
+        if score >= need:
+            return score
+        if "```" in lower:
+            score += 3
+        if self._has_file_path(lower):
+            score += 2
+        if score >= need:
+            return score
+        # Several small regexes: each keeps the engine's prefix scan, a combined one does not.
+        syntax = (
+            sum(1 for line in lower.split("\n") if line.lstrip().startswith(_LINE_KEYWORDS))
+            + lower.count(";\n")
+            + lower.count("{\n")
+            + lower.count("}\n")
+            + len(self._operators.findall(lower))
+            + len(self._cli_flag.findall(lower))
+        )
         if syntax < 4 and lower.count("`") >= 2:
             syntax += 1
         if syntax < 4:
             for call in self._call.finditer(lower):
                 if call.start() > 0 and lower[call.start() - 1].isalnum():
                     syntax += 1
-                    if syntax >= 4:
-                        break
         score += min(syntax, 4)
-        if "```" in lower:
-            score += 3
-        if "." in lower and self._file_path.search(lower):
-            score += 2
-        if _has_error_log(raw):
-            score += 3
+        if score >= need:
+            return score
         if self._find_code_write(lower, tokens, 0, len(lower)) is not None or self._mentions_cs(
             lower, tokens
         ):
             score += 3
-        if tokens & _PROSE_NOUNS and self._find_prose_write(lower, tokens):
-            score -= 6
-        if _any_rule(lower, tokens, self._narrative) or (
-            any(s in lower for s in _NARRATIVE_STEMS) or self._decade.search(lower)
-        ):
-            score -= 2
+        if score < need and _has_error_log(raw):
+            score += 3
         return score
 
     def _find_code_write(
@@ -713,17 +822,24 @@ class TaskClassifier:
         return False
 
     def _mentions_cs(self, text: str, tokens: frozenset[str]) -> bool:
-        for word in tokens & _AMBIGUOUS_LANGS:
-            for pos in _occurrences(text, word, 0, len(text)):
-                if self._lang_preposition.search(text, max(0, pos - 7), pos):
+        for lang in tokens & _AMBIGUOUS_LANGS:
+            for phrase in _LANG_PHRASES[lang]:
+                if phrase in text and any(True for _ in _occurrences(text, phrase, 0, len(text))):
                     return True
-        return _any_rule(text, tokens, self._cs_phrases)
+        return _find_phrase(text, tokens, _CS_INDEX) >= 0
+
+    def _has_file_path(self, text: str) -> bool:
+        for match in self._file_extension.finditer(text):
+            before = text[match.start() - 1] if match.start() > 0 else " "
+            if before.isalnum() or before == "_":
+                return True
+        return False
 
     def _system_is_coding(self, system: str) -> bool:
         cached = self._system_cache.get(system)
         if cached is not None:
             return cached
-        verdict = bool(self._coding_system.search(system)) or self._code_score(system) >= 4
+        verdict = bool(self._coding_system.search(system)) or self._code_score(system, 4) >= 4
         if self._system_cache_size > 0:
             if len(self._system_cache) >= self._system_cache_size:
                 self._system_cache.clear()
@@ -732,7 +848,22 @@ class TaskClassifier:
 
 
 def _tokens(text: str) -> frozenset[str]:
-    return frozenset(text.translate(_TOKEN_TABLE).split())
+    if not text.isascii():
+        for char in _UNICODE_PUNCT:
+            if char in text:
+                text = text.replace(char, " ")
+    return frozenset(text.encode().translate(_TOKEN_TABLE).decode().split())
+
+
+def _is_mapping(value: object) -> bool:
+    # JSON bodies are dicts; the ABC check is several times slower and only a fallback.
+    return isinstance(value, (dict, Mapping))
+
+
+def _is_list(value: object) -> bool:
+    return isinstance(value, list) or (
+        isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray))
+    )
 
 
 def _occurrences(
@@ -753,20 +884,28 @@ def _occurrences(
         pos = text.find(word, pos + 1, end)
 
 
-def _any_rule(text: str, tokens: frozenset[str], rules: _Rules) -> bool:
-    for word in tokens & rules.keys():
-        for pos in _occurrences(text, word, 0, len(text)):
-            if any(pattern.match(text, pos) for pattern, _ in rules[word]):
-                return True
-    return False
+def _cues(keys: Iterable[str], index: _Index) -> tuple[tuple[str, ...], ...]:
+    return tuple(index[key] for key in index.keys() & keys)
+
+
+def _find_phrase(text: str, tokens: frozenset[str], index: _Index) -> int:
+    """Offset of the first indexed phrase found in ``text`` (a suffix may follow), or -1."""
+    for cues in _cues(tokens, index):
+        for cue in cues:
+            if cue in text:
+                for pos in _occurrences(text, cue, 0, len(text), whole_word=False):
+                    return pos
+    return -1
+
+
+def _has_stem(tokens: frozenset[str], index: _Index) -> bool:
+    """Whether a token starts with one of the indexed stems."""
+    keys = {t[:_STEM_KEY] for t in tokens}
+    return any(any(t.startswith(cues) for t in tokens) for cues in _cues(keys, index))
 
 
 def _has_debug(text: str, tokens: frozenset[str]) -> bool:
-    return bool(
-        tokens & _DEBUG_WORDS
-        or any(t.startswith(_DEBUG_STEMS) for t in tokens)
-        or any(p in text for p in _DEBUG_PHRASES)
-    )
+    return bool(tokens & _DEBUG_WORDS or any(cue in text for cue in _DEBUG_SUBSTRINGS))
 
 
 def _has_error_log(raw: str) -> bool:
@@ -788,23 +927,23 @@ def _split_messages(messages: Sequence[Any]) -> tuple[str, int, str, list[str]]:
     last_user = -1
     for i in range(len(messages) - 1, -1, -1):
         msg = messages[i]
-        if isinstance(msg, Mapping) and msg.get("role") == "user":
+        if _is_mapping(msg) and msg.get("role") == "user":
             last_user = i
             break
     if last_user < 0:
         # No user turn (e.g. a prefilled assistant continuation): judge the last message.
         last_user = len(messages) - 1
     last = messages[last_user]
-    content = last.get("content") if isinstance(last, Mapping) else None
+    content = last.get("content") if _is_mapping(last) else None
     user, user_len = _bounded(_content_text(content), _USER_HEAD, _USER_TAIL)
 
     system_parts: list[str] = []
     for msg in messages[:3]:
-        if isinstance(msg, Mapping) and msg.get("role") in ("system", "developer"):
+        if _is_mapping(msg) and msg.get("role") in ("system", "developer"):
             system_parts.append(_content_text(msg.get("content"))[:_SYSTEM_HEAD])
     history: list[str] = []
     for msg in messages[max(0, last_user - _HISTORY_MESSAGES) : last_user]:
-        if isinstance(msg, Mapping) and msg.get("role") in ("user", "assistant"):
+        if _is_mapping(msg) and msg.get("role") in ("user", "assistant"):
             history.append(_content_text(msg.get("content")))
     return user, user_len, "\n".join(system_parts)[:_SYSTEM_HEAD], history
 
@@ -813,11 +952,11 @@ def _content_text(content: object) -> str:
     """Text of a message ``content``: a string or a list of ``{"type": "text"}`` parts."""
     if isinstance(content, str):
         return content
-    if isinstance(content, Sequence) and not isinstance(content, (bytes, bytearray)):
+    if _is_list(content):
         texts = [
             part["text"]
-            for part in content
-            if isinstance(part, Mapping) and isinstance(part.get("text"), str)
+            for part in content  # type: ignore[attr-defined]
+            if _is_mapping(part) and isinstance(part.get("text"), str)
         ]
         return "\n".join(texts)
     return ""
@@ -827,8 +966,8 @@ def _prompt_text(prompt: object) -> str:
     """Text of a ``/v1/completions`` ``prompt``: a string or a list of strings."""
     if isinstance(prompt, str):
         return prompt
-    if isinstance(prompt, Sequence) and not isinstance(prompt, (bytes, bytearray)):
-        return "\n".join(p for p in prompt if isinstance(p, str))
+    if _is_list(prompt):
+        return "\n".join(p for p in prompt if isinstance(p, str))  # type: ignore[attr-defined]
     return ""
 
 

@@ -7,11 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from proxy.routing.scoreboard import Scoreboard, load_level
+from proxy.routing.scoreboard import Estimate, Scoreboard, load_level
 
-RouteReason = Literal[
-    "pinned", "fastest", "unmeasured", "explore", "demoted", "only_healthy", "least_loaded"
-]
+RouteReason = Literal["pinned", "fastest", "unmeasured", "explore", "demoted", "only_healthy"]
 
 
 class RoutableBackend(Protocol):
@@ -26,6 +24,9 @@ class RoutableBackend(Protocol):
     @property
     def spec_type(self) -> str | None: ...
 
+    @property
+    def draft_n_max(self) -> int: ...
+
 
 @dataclass(frozen=True)
 class RouteChoice:
@@ -36,19 +37,42 @@ class RouteChoice:
     level: int
 
 
+def speedup(acceptance: float, n_max: int, cost: float) -> float:
+    """Expected speed-up of speculation over plain decoding (Leviathan et al., 2023, eq. 1).
+
+    acceptance: chance a drafted token is accepted; n_max: tokens drafted per step; cost: one
+    draft step's time relative to one target step (0 for n-gram lookup).
+    """
+    a = min(acceptance, 0.999)
+    return (1 - a ** (n_max + 1)) / ((1 - a) * (n_max * cost + 1))
+
+
+def break_even_acceptance(acceptance: float, speed_ratio: float, n_max: int) -> float | None:
+    """Acceptance below which a speculative backend is slower than plain decoding.
+
+    The draft cost is fitted so the model reproduces the measured speed ratio at the measured
+    long-run acceptance; None when even perfect acceptance could not break even.
+    """
+    if speed_ratio <= 0:
+        return None
+    cost = max(0.0, (speedup(acceptance, n_max, 0.0) / speed_ratio - 1) / n_max)
+    if speedup(0.999, n_max, cost) < 1:
+        return None
+    lo, hi = 0.0, 0.999
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if speedup(mid, n_max, cost) < 1 else (lo, mid)
+    return hi
+
+
 class RoutePolicy:
     """Fastest measured backend for the task at the current load, with bounded exploration."""
 
     def __init__(
-        self,
-        scoreboard: Scoreboard,
-        explore_share: float = 0.05,
-        min_acceptance: float = 0.3,
-        rng: random.Random | None = None,
+        self, scoreboard: Scoreboard, explore_share: float = 0.05, rng: random.Random | None = None
     ) -> None:
         self.scoreboard = scoreboard
         self.explore_share = explore_share
-        self.min_acceptance = min_acceptance
         self.rng = rng or random.Random()
 
     def choose(self, task: str, backends: Sequence[RoutableBackend]) -> RouteChoice | None:
@@ -56,24 +80,42 @@ class RoutePolicy:
         ready = [b for b in backends if b.ready]
         if not ready:
             return None
+        levels = {b.name: load_level(b.in_flight + 1) for b in ready}
         if len(ready) == 1:
-            b = ready[0]
-            return RouteChoice(b.name, "only_healthy", load_level(b.in_flight + 1))
-        scored = []
+            return RouteChoice(ready[0].name, "only_healthy", levels[ready[0].name])
+        estimates: dict[str, Estimate] = {}
         for b in ready:
-            level = load_level(b.in_flight + 1)
-            est = self.scoreboard.nearest(b.name, task, level)
+            est = self.scoreboard.nearest(b.name, task, levels[b.name])
             if est is None:
-                return RouteChoice(b.name, "unmeasured", level)
-            demoted = (
-                b.spec_type is not None
-                and est.acceptance is not None
-                and est.acceptance < self.min_acceptance
-            )
-            scored.append((demoted, -est.tokens_per_s, b.in_flight, b, level))
-        scored.sort(key=lambda row: row[:3])
-        demoted, _, _, best, level = scored[0]
-        if self.rng.random() < self.explore_share:
-            other = self.rng.choice([row for row in scored if row[3] is not best] or scored)
-            return RouteChoice(other[3].name, "explore", other[4])
-        return RouteChoice(best.name, "demoted" if demoted else "fastest", level)
+                return RouteChoice(b.name, "unmeasured", levels[b.name])
+            estimates[b.name] = est
+        demoted = {b.name for b in ready if self._below_break_even(b, ready, estimates)}
+        ranked = sorted(
+            ready, key=lambda b: (b.name in demoted, -estimates[b.name].tokens_per_s, b.in_flight)
+        )
+        best = ranked[0]
+        if len(ranked) > 1 and self.rng.random() < self.explore_share:
+            other = self.rng.choice(ranked[1:])
+            return RouteChoice(other.name, "explore", levels[other.name])
+        fastest = max(ready, key=lambda b: estimates[b.name].tokens_per_s)
+        reason: RouteReason = "demoted" if fastest.name in demoted else "fastest"
+        return RouteChoice(best.name, reason, levels[best.name])
+
+    def _below_break_even(
+        self,
+        backend: RoutableBackend,
+        ready: Sequence[RoutableBackend],
+        estimates: dict[str, Estimate],
+    ) -> bool:
+        """Whether recent acceptance fell below what this backend needs to beat plain decoding."""
+        est = estimates[backend.name]
+        plain = [estimates[b.name] for b in ready if b.spec_type is None]
+        if backend.spec_type is None or not plain or est.acceptance is None:
+            return False
+        if est.recent_acceptance is None:
+            return False
+        baseline = max(p.tokens_per_s for p in plain)
+        threshold = break_even_acceptance(
+            est.acceptance, est.tokens_per_s / baseline, backend.draft_n_max
+        )
+        return threshold is None or est.recent_acceptance < threshold

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 LOAD_LEVELS = (1, 2, 4, 8)
+_FAST = 0.5
 
 
 def load_level(in_flight: int) -> int:
@@ -26,11 +27,12 @@ class Estimate:
     ttft_s: float = 0.0
     drafted: float = 0.0
     accepted: float = 0.0
+    recent_acceptance: float | None = None
     samples: int = 0
 
     @property
     def acceptance(self) -> float | None:
-        """Accepted / drafted tokens, None for a backend that drafted nothing."""
+        """Long-run accepted / drafted tokens, None for a backend that drafted nothing."""
         return self.accepted / self.drafted if self.drafted > 0 else None
 
 
@@ -68,6 +70,11 @@ class Scoreboard:
             est.ttft_s += a * (outcome.ttft_s - est.ttft_s)
         est.drafted += a * (outcome.draft_n - est.drafted)
         est.accepted += a * (outcome.draft_n_accepted - est.accepted)
+        if outcome.draft_n > 0:
+            now = outcome.draft_n_accepted / outcome.draft_n
+            # A fast average beside the slow one: a collapse in acceptance shows at once.
+            prev = est.recent_acceptance
+            est.recent_acceptance = now if prev is None else prev + _FAST * (now - prev)
         est.samples += 1
 
     def get(self, backend: str, task: str, level: int) -> Estimate | None:

@@ -1,0 +1,322 @@
+"""Locust scenarios for specproxy: single-stream and batched chat users, with speed metrics.
+
+Run from the repository root, e.g.:
+    locust -f loadtests/locustfile.py --headless -u 4 -r 4 -t 60s --host http://127.0.0.1:8080 \
+        BatchedUser --model plain --task code --max-tokens 64
+Besides each request ("chat:<task>"), every answer fires "tps:<task>:<backend>" (response time
+column = generation tokens/s, length = tokens) and, when streaming, "ttft:<task>:<backend>"
+(time to first token, ms).  --results-file keeps every request as a JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import requests
+from locust import User, constant, events, task
+from locust.env import Environment
+from locust.exception import StopUser
+
+from loadtests.measure import Sample, summarise, write_samples
+from loadtests.prompts import PROMPTS
+
+log = logging.getLogger("loadtests")
+TASKS = (*PROMPTS, "mixed")
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model",
+        default="auto",
+        env_var="LOCUST_MODEL",
+        help="a backend name to pin (same load on plain and speculative backends), or auto",
+    )
+    parser.add_argument(
+        "--task",
+        choices=TASKS,
+        default="mixed",
+        env_var="LOCUST_TASK",
+        help="prompt class to send; mixed rotates through all",
+    )
+    parser.add_argument("--max-tokens", type=int, default=64, env_var="LOCUST_MAX_TOKENS")
+    parser.add_argument("--temperature", type=float, default=0.0, env_var="LOCUST_TEMPERATURE")
+    parser.add_argument(
+        "--stream",
+        choices=("true", "false"),
+        default="true",
+        env_var="LOCUST_STREAM",
+        help="stream the answer (needed for time to first token)",
+    )
+    parser.add_argument(
+        "--requests",
+        type=int,
+        default=0,
+        env_var="LOCUST_REQUESTS",
+        help="stop after issuing this many requests in all; 0 runs until --run-time",
+    )
+    parser.add_argument(
+        "--results-file",
+        default="",
+        env_var="LOCUST_RESULTS_FILE",
+        help="write every request as a JSON line here when the test stops",
+    )
+
+
+events.init_command_line_parser.add_listener(_add_arguments)  # type: ignore[no-untyped-call]
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """What each request sends, from the command line (or LOCUST_* variables)."""
+
+    model: str
+    task: str
+    max_tokens: int
+    temperature: float
+    stream: bool
+    requests: int
+    results_file: Path | None
+
+    @classmethod
+    def of(cls, environment: Environment) -> LoadOptions:
+        """The options of this run."""
+        opts = environment.parsed_options
+        assert opts is not None, "run with the locust command, which parses the options"
+        return cls(
+            model=opts.model,
+            task=opts.task,
+            max_tokens=opts.max_tokens,
+            temperature=opts.temperature,
+            stream=opts.stream == "true",
+            requests=opts.requests,
+            results_file=Path(opts.results_file) if opts.results_file else None,
+        )
+
+
+class _RunState:
+    """Requests issued, in flight and finished across all users of this process."""
+
+    def __init__(self) -> None:
+        self.issued = 0
+        self.in_flight = 0
+        self.samples: list[Sample] = []
+
+    def reset(self) -> None:
+        """Forget the previous run (the web UI can start several in one process)."""
+        self.issued, self.in_flight, self.samples = 0, 0, []
+
+    def claim(self, limit: int) -> bool:
+        """Take a request ticket; False once `limit` (if any) have been issued."""
+        if limit and self.issued >= limit:
+            return False
+        self.issued += 1
+        return True
+
+
+_RUN = _RunState()
+_USER_IDS = itertools.count()
+
+
+class _Failed(Exception):
+    """The answer was not a complete completion with llama.cpp's timings."""
+
+
+def _prompts(task_class: str, offset: int) -> Iterator[tuple[str, str]]:
+    """(task, prompt) pairs forever; users start at different offsets to send different text."""
+    classes = list(PROMPTS) if task_class == "mixed" else [task_class]
+    # Interleaved, so a mixed run alternates code, prose and echo.
+    rounds = itertools.zip_longest(*(PROMPTS[c] for c in classes))
+    pairs = [(c, p) for r in rounds for c, p in zip(classes, r, strict=True) if p is not None]
+    return itertools.islice(itertools.cycle(pairs), offset % len(pairs), None)
+
+
+def _read_stream(resp: requests.Response, sample: Sample, t0: float) -> tuple[dict[str, Any], int]:
+    """Consume SSE events, counting tokens as they arrive; returns the timings and byte count."""
+    timings: dict[str, Any] = {}
+    buffer, done, size = b"", False, 0
+    # chunk_size=None hands over each chunk as it arrives, so time to first token is exact.
+    for chunk in resp.iter_content(chunk_size=None):
+        size += len(chunk)
+        *lines, buffer = (buffer + chunk).split(b"\n")
+        for line in lines:
+            if not line.startswith(b"data: "):
+                continue
+            if line == b"data: [DONE]":
+                done = True
+                continue
+            event = json.loads(line[6:])
+            if "error" in event:
+                raise _Failed(f"error event: {event['error']}")
+            timings = event.get("timings") or timings
+            choices = event.get("choices") or [{}]
+            if (choices[0].get("delta") or {}).get("content"):
+                if sample.ttft_s is None:
+                    sample.ttft_s = time.perf_counter() - t0
+                sample.tokens += 1
+    if not done:
+        raise _Failed("the stream ended without [DONE]")
+    return timings, size
+
+
+class _ChatUser(User):
+    """Sends chat completions one after another, measuring each answer."""
+
+    abstract = True
+    # Closed loop: the next request follows the answer at once, as a busy client would.
+    wait_time = constant(0)
+
+    def on_start(self) -> None:
+        """Read the options, open a connection pool and pick a prompt sequence."""
+        if not self.host:
+            raise StopUser("set --host to the proxy's URL")
+        self.url = f"{self.host.rstrip('/')}/v1/chat/completions"
+        self.options = LoadOptions.of(self.environment)
+        self.http = requests.Session()
+        self.prompts = _prompts(self.options.task, next(_USER_IDS))
+
+    def on_stop(self) -> None:
+        """Close the connection pool."""
+        self.http.close()
+
+    @task
+    def chat(self) -> None:
+        """One chat completion, then its request and metric events."""
+        opts = self.options
+        if not _RUN.claim(opts.requests):
+            if _RUN.in_flight == 0:
+                assert self.environment.runner is not None
+                self.environment.runner.quit()
+            raise StopUser()
+        task_class, prompt = next(self.prompts)
+        sample = Sample(start=time.time(), task=task_class, model=opts.model, stream=opts.stream)
+        t0 = time.perf_counter()
+        size = 0
+        _RUN.in_flight += 1
+        try:
+            size = self._send(prompt, sample, t0)
+        finally:
+            # Also runs when locust stops this user mid-request at the end of the run: the
+            # sample stays "cut", keeping the tokens that did arrive.
+            sample.end = time.time()
+            _RUN.in_flight -= 1
+            _RUN.samples.append(sample)
+        self._fire(sample, (time.perf_counter() - t0) * 1000, size)
+
+    def _send(self, prompt: str, sample: Sample, t0: float) -> int:
+        """Make the request and fill the sample; returns the response size in bytes."""
+        opts = self.options
+        body: dict[str, Any] = {
+            "model": opts.model,
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": opts.max_tokens,
+            "temperature": opts.temperature,
+            "stream": opts.stream,
+        }
+        if opts.stream:
+            body["stream_options"] = {"include_usage": True}
+        try:
+            with self.http.post(self.url, json=body, stream=opts.stream, timeout=(10, 600)) as resp:
+                sample.status = resp.status_code
+                sample.backend = resp.headers.get("X-Specproxy-Backend")
+                sample.routed_task = resp.headers.get("X-Specproxy-Task")
+                sample.route = resp.headers.get("X-Specproxy-Route")
+                if resp.status_code != 200:
+                    raise _Failed(f"HTTP {resp.status_code}: {resp.text[:300]}")
+                if opts.stream:
+                    timings, size = _read_stream(resp, sample, t0)
+                else:
+                    answer = resp.json()
+                    if not isinstance(answer, dict):
+                        raise _Failed(f"not a completion: {resp.text[:300]}")
+                    timings = answer.get("timings") or {}
+                    sample.tokens = int((answer.get("usage") or {}).get("completion_tokens", 0))
+                    size = len(resp.content)
+            if "predicted_per_second" not in timings:
+                raise _Failed("the answer carries no llama.cpp timings")
+        except (requests.RequestException, ValueError, _Failed) as exc:
+            sample.outcome, sample.error = "failed", f"{exc.__class__.__name__}: {exc}"
+            return 0
+        sample.outcome = "ok"
+        sample.tokens = int(timings.get("predicted_n", sample.tokens))
+        sample.tokens_per_s = float(timings["predicted_per_second"])
+        sample.draft_n = int(timings.get("draft_n", 0))
+        sample.draft_n_accepted = int(timings.get("draft_n_accepted", 0))
+        return size
+
+    def _fire(self, sample: Sample, elapsed_ms: float, size: int) -> None:
+        request = self.environment.events.request
+        request.fire(
+            request_type="POST",
+            name=f"chat:{sample.task}",
+            response_time=elapsed_ms,
+            response_length=size,
+            exception=RuntimeError(sample.error) if sample.outcome == "failed" else None,
+            context={"backend": sample.backend},
+        )
+        if sample.outcome != "ok" or sample.tokens_per_s is None:
+            return
+        # Metric rows: locust's "response time" columns hold tokens/s and TTFT in ms here.
+        where = f"{sample.task}:{sample.backend}"
+        request.fire(
+            request_type="METRIC",
+            name=f"tps:{where}",
+            response_time=sample.tokens_per_s,
+            response_length=sample.tokens,
+            exception=None,
+            context={},
+        )
+        if sample.ttft_s is not None:
+            request.fire(
+                request_type="METRIC",
+                name=f"ttft:{where}",
+                response_time=sample.ttft_s * 1000,
+                response_length=0,
+                exception=None,
+                context={},
+            )
+
+
+class SingleStreamUser(_ChatUser):
+    """One user, one request after another: what a lone client sees."""
+
+    fixed_count = 1
+
+
+class BatchedUser(_ChatUser):
+    """As many users as -u asks, all at once: what a shared server sees."""
+
+
+def _on_test_start(environment: Environment, **_: Any) -> None:
+    _RUN.reset()
+
+
+def _on_test_stop(environment: Environment, **_: Any) -> None:
+    opts = LoadOptions.of(environment)
+    if opts.results_file is not None:
+        write_samples(opts.results_file, _RUN.samples)
+    s = summarise(_RUN.samples)
+    per_stream = f"{s.per_stream_tps:.1f}" if s.per_stream_tps is not None else "-"
+    log.info(
+        "%d requests (%d failed, %d cut), %d tokens in %.1f s: %.1f tok/s aggregate, "
+        "%s tok/s per stream; backends %s",
+        s.requests,
+        s.failures,
+        s.cut,
+        s.tokens,
+        s.wall_s,
+        s.aggregate_tps,
+        per_stream,
+        s.backends,
+    )
+
+
+events.test_start.add_listener(_on_test_start)  # type: ignore[no-untyped-call]
+events.test_stop.add_listener(_on_test_stop)  # type: ignore[no-untyped-call]

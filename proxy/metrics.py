@@ -1,0 +1,313 @@
+"""Prometheus metrics: each finished request, plus router and backend state read at scrape time."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import aiohttp
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+)
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
+from proxy.api.relay import Measurement
+from proxy.backends.supervisor import BackendSupervisor
+from proxy.log import get_logger
+from proxy.routing.classifier import TASK_CLASSES
+from proxy.routing.scoreboard import Scoreboard
+
+# The classic text format: what Prometheus 2.x negotiates and every scraper reads.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# Well inside Prometheus' scrape timeout, so one stuck backend costs its own series, not the scrape.
+_BACKEND_TIMEOUT_S = 1.0
+_UPSTREAM_PREFIX = "llamacpp:"
+_REEXPORT_PREFIX = "llamacpp_"
+# Speeds from a 135M model on one CPU thread up to a small model on a data-centre GPU.
+_TOKENS_PER_S_BUCKETS = (1, 2.5, 5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 500, 1000, 2000)
+_SECONDS_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+log = get_logger("metrics")
+
+
+@dataclass
+class RequestRecord:
+    """One completion request as the metrics see it, filled in as it moves down the chain."""
+
+    endpoint: str
+    started: float = field(default_factory=time.monotonic)
+    status: int = 0
+    backend: str = ""
+    task: str = ""
+    route: str = ""
+    measured: Measurement | None = None
+
+
+class ProxyMetrics:
+    """A registry of its own (one per app, so apps and tests never collide) and its instruments."""
+
+    def __init__(self, spec_types: Mapping[str, str | None], scoreboard: Scoreboard) -> None:
+        self.registry = CollectorRegistry()
+        self._spec_types = {name: spec or "none" for name, spec in spec_types.items()}
+        self.registry.register(_ScoreboardCollector(scoreboard))
+        per_backend = ["backend", "spec_type", "task"]
+        r = self.registry
+        self.requests = Counter(
+            "specproxy_requests",
+            "Finished completion requests by outcome; backend is empty when none was chosen",
+            ["endpoint", "backend", "spec_type", "task", "status"],
+            registry=r,
+        )
+        self.route_decisions = Counter(
+            "specproxy_route_decisions",
+            "Backend choices by the router's reason (pinned, fastest, unmeasured, explore, ...)",
+            [*per_backend, "reason"],
+            registry=r,
+        )
+        self.explorations = Counter(
+            "specproxy_exploration_requests",
+            "Auto requests sent to a backend other than the best, to keep measuring it",
+            per_backend,
+            registry=r,
+        )
+        self.tokens_per_s = Histogram(
+            "specproxy_generation_tokens_per_second",
+            "Generation speed of each request (llama.cpp timings.predicted_per_second)",
+            per_backend,
+            buckets=_TOKENS_PER_S_BUCKETS,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "specproxy_time_to_first_token_seconds",
+            "Seconds from sending a streamed request upstream to its first byte back",
+            per_backend,
+            buckets=_SECONDS_BUCKETS,
+            registry=r,
+        )
+        self.duration = Histogram(
+            "specproxy_request_duration_seconds",
+            "Seconds from receiving a completion request to finishing its answer",
+            per_backend,
+            buckets=_SECONDS_BUCKETS,
+            registry=r,
+        )
+        self.generated = Counter(
+            "specproxy_generated_tokens",
+            "Tokens generated (llama.cpp timings.predicted_n)",
+            per_backend,
+            registry=r,
+        )
+        self.prompt = Counter(
+            "specproxy_prompt_tokens",
+            "Prompt tokens evaluated, cache hits excluded (llama.cpp timings.prompt_n)",
+            per_backend,
+            registry=r,
+        )
+        self.drafted = Counter(
+            "specproxy_draft_tokens",
+            "Draft tokens proposed (llama.cpp timings.draft_n)",
+            per_backend,
+            registry=r,
+        )
+        self.accepted = Counter(
+            "specproxy_draft_tokens_accepted",
+            "Draft tokens the target model accepted (llama.cpp timings.draft_n_accepted)",
+            per_backend,
+            registry=r,
+        )
+        # Series that exist from the start: rate() then counts a label set's first request, and
+        # dashboards show 0 rather than "no data" for a backend that has not served a task yet.
+        for name, spec in self._spec_types.items():
+            for task in TASK_CLASSES:
+                for counter in (
+                    self.generated,
+                    self.prompt,
+                    self.drafted,
+                    self.accepted,
+                    self.explorations,
+                ):
+                    counter.labels(name, spec, task)
+
+    def observe(self, record: RequestRecord) -> None:
+        """Count one finished request; called exactly once per request, errors included."""
+        spec = self._spec_types.get(record.backend, "") if record.backend else ""
+        labels = (record.backend, spec, record.task)
+        self.requests.labels(record.endpoint, *labels, str(record.status)).inc()
+        self.duration.labels(*labels).observe(time.monotonic() - record.started)
+        if not record.backend:
+            return
+        self.route_decisions.labels(*labels, record.route).inc()
+        if record.route == "explore":
+            self.explorations.labels(*labels).inc()
+        measured = record.measured
+        if measured is None:
+            return
+        if measured.ttft_s is not None:
+            self.ttft.labels(*labels).observe(measured.ttft_s)
+        timings = measured.timings
+        # Counted whatever the status: these are tokens the backend really processed, which is
+        # what its own llamacpp:* counters count too.
+        self.generated.labels(*labels).inc(_count(timings, "predicted_n"))
+        self.prompt.labels(*labels).inc(_count(timings, "prompt_n"))
+        self.drafted.labels(*labels).inc(_count(timings, "draft_n"))
+        self.accepted.labels(*labels).inc(_count(timings, "draft_n_accepted"))
+        speed = timings.get("predicted_per_second")
+        if isinstance(speed, int | float) and math.isfinite(speed) and speed > 0:
+            self.tokens_per_s.labels(*labels).observe(speed)
+
+    async def render(
+        self, backends: Iterable[BackendSupervisor], session: aiohttp.ClientSession
+    ) -> bytes:
+        """The exposition text: this registry, the supervisors' state and each backend's own."""
+        backends = list(backends)
+        ready = [b for b in backends if b.ready]
+        upstream = await asyncio.gather(*(_scrape_backend(b, session) for b in ready))
+        fetched = {b.name: families for b, families in zip(ready, upstream, strict=True)}
+        return generate_latest(_Scrape(self.registry, _BackendCollector(backends, fetched)))
+
+
+def _count(timings: Mapping[str, object], key: str) -> int:
+    value = timings.get(key, 0)
+    return int(value) if isinstance(value, int | float) and value > 0 else 0
+
+
+async def _scrape_backend(
+    backend: BackendSupervisor, session: aiohttp.ClientSession
+) -> list[Metric] | None:
+    """The backend's llamacpp:* families renamed and labelled with it; None if it did not answer."""
+    try:
+        async with session.get(
+            f"{backend.base_url}/metrics",
+            timeout=aiohttp.ClientTimeout(total=_BACKEND_TIMEOUT_S),
+        ) as resp:
+            if resp.status != 200:
+                # An external llama-server started without --metrics answers 501.
+                log.debug("backend metrics unavailable", backend=backend.name, status=resp.status)
+                return None
+            text = await resp.text()
+        families = list(text_string_to_metric_families(text))
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        log.debug("backend metrics failed", backend=backend.name, error=str(exc))
+        return None
+    return [_relabel(family, backend.name) for family in families]
+
+
+def _relabel(family: Metric, backend: str) -> Metric:
+    # "llamacpp:" is legal in Prometheus but reserved for recording rules; "llamacpp_" keeps the
+    # rest of the name.  The parser already gives counters their "_total" suffix, so llama.cpp's
+    # n_tokens_max (declared a counter) arrives as llamacpp_n_tokens_max_total.
+    renamed = Metric(_rename(family.name), family.documentation, family.type)
+    renamed.samples = [
+        Sample(_rename(s.name), {**s.labels, "backend": backend}, s.value, s.timestamp)
+        for s in family.samples
+    ]
+    return renamed
+
+
+def _rename(name: str) -> str:
+    return _REEXPORT_PREFIX + name.removeprefix(_UPSTREAM_PREFIX)
+
+
+class _ScoreboardCollector:
+    """The router's current estimates, read from the scoreboard at scrape time."""
+
+    def __init__(self, scoreboard: Scoreboard) -> None:
+        self.scoreboard = scoreboard
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["backend", "task", "level"]
+        speed = GaugeMetricFamily(
+            "specproxy_router_tokens_per_second",
+            "The router's decayed estimate of generation speed",
+            labels=labels,
+        )
+        acceptance = GaugeMetricFamily(
+            "specproxy_router_acceptance",
+            "The router's decayed estimate of draft acceptance (speculative backends only)",
+            labels=labels,
+        )
+        samples = GaugeMetricFamily(
+            "specproxy_router_samples",
+            "Measurements folded into the router's estimate",
+            labels=labels,
+        )
+        for (backend, task, level), est in self.scoreboard.items():
+            key = [backend, task, str(level)]
+            speed.add_metric(key, est.tokens_per_s)
+            samples.add_metric(key, est.samples)
+            if est.acceptance is not None:
+                acceptance.add_metric(key, est.acceptance)
+        yield from (speed, acceptance, samples)
+
+
+class _BackendCollector:
+    """Supervisor state and the backends' re-exported families, for one scrape."""
+
+    def __init__(
+        self,
+        backends: Sequence[BackendSupervisor],
+        fetched: Mapping[str, list[Metric] | None],
+    ) -> None:
+        self.backends = backends
+        self.fetched = fetched
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["backend", "spec_type"]
+        up = GaugeMetricFamily(
+            "specproxy_backend_up", "1 when the backend takes requests, else 0", labels=labels
+        )
+        in_flight = GaugeMetricFamily(
+            "specproxy_in_flight_requests",
+            "Requests the proxy has open on the backend",
+            labels=labels,
+        )
+        restarts = CounterMetricFamily(
+            "specproxy_backend_restarts",
+            "Times the supervisor restarted the backend's llama-server",
+            labels=labels,
+        )
+        failed = CounterMetricFamily(
+            "specproxy_backend_failed_health_checks",
+            "Health checks the backend failed while it was running",
+            labels=labels,
+        )
+        scraped = GaugeMetricFamily(
+            "specproxy_backend_metrics_scrape_ok",
+            "1 when this scrape re-exported the backend's own llamacpp_* metrics, else 0",
+            labels=["backend"],
+        )
+        for b in self.backends:
+            key = [b.name, b.spec_type or "none"]
+            up.add_metric(key, 1 if b.ready else 0)
+            in_flight.add_metric(key, b.in_flight)
+            restarts.add_metric(key, b.restarts)
+            failed.add_metric(key, b.failed_health_checks)
+            scraped.add_metric([b.name], 0 if self.fetched.get(b.name) is None else 1)
+        yield from (up, in_flight, restarts, failed, scraped)
+        # Every backend exposes the same families: merge them so each name appears once.
+        merged: dict[str, Metric] = {}
+        for families in self.fetched.values():
+            for family in families or []:
+                into = merged.setdefault(
+                    family.name, Metric(family.name, family.documentation, family.type)
+                )
+                into.samples.extend(family.samples)
+        yield from merged.values()
+
+
+@dataclass(frozen=True)
+class _Scrape:
+    """The app's registry and one scrape's collector, rendered as one exposition."""
+
+    registry: CollectorRegistry
+    extra: _BackendCollector
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.registry.collect()
+        yield from self.extra.collect()

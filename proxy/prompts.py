@@ -1,0 +1,50 @@
+"""Reference prompts per task class: the lab's, used by calibration and `specproxy bench`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_LRU = """class LRUCache:
+    def __init__(self, capacity):
+        self.capacity = capacity
+        self.items = {}
+        self.order = []
+
+    def get(self, key):
+        if key not in self.items:
+            return -1
+        self.order.remove(key)
+        self.order.append(key)
+        return self.items[key]
+
+    def put(self, key, value):
+        if key in self.items:
+            self.order.remove(key)
+        elif len(self.items) >= self.capacity:
+            oldest = self.order.pop(0)
+            del self.items[oldest]
+        self.items[key] = value
+        self.order.append(key)
+"""
+
+REFERENCE_PROMPTS: dict[str, str] = {
+    # The lab's two prompts (seeds/000), verbatim.
+    "prose": "Scrivi un racconto di 300 parole su un faro abbandonato, con un finale a sorpresa.",
+    "code": "Scrivi in Python una classe LRUCache con metodi get e put, complessità O(1), "
+    "con docstring e un piccolo test.",
+    # FACTS.md's rewrite prompt: output that repeats its input.
+    "echo": "Add type hints to this Python code. Return the full code and nothing else.\n\n"
+    f"```python\n{_LRU}```",
+}
+
+
+def chat_body(
+    task: str, max_tokens: int, temperature: float = 0.0, seed: int = 42
+) -> dict[str, Any]:
+    """An OpenAI chat request for a task class's reference prompt."""
+    return {
+        "messages": [{"role": "user", "content": REFERENCE_PROMPTS[task]}],
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "seed": seed,
+    }

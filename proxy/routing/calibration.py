@@ -1,0 +1,73 @@
+"""Calibration: seed the scoreboard with the reference prompts on every backend at start-up."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import aiohttp
+
+from proxy.backends.supervisor import BackendSupervisor
+from proxy.log import get_logger
+from proxy.prompts import chat_body
+from proxy.routing.classifier import TASK_CLASSES
+from proxy.routing.scoreboard import Outcome, Scoreboard
+
+log = get_logger("calibration")
+
+
+def outcome_from_timings(backend: str, task: str, level: int, timings: dict[str, Any]) -> Outcome:
+    """A scoreboard sample from llama.cpp's `timings` object."""
+    return Outcome(
+        backend=backend,
+        task=task,
+        level=level,
+        tokens_per_s=timings.get("predicted_per_second"),
+        ttft_s=None,
+        predicted_n=int(timings.get("predicted_n", 0)),
+        draft_n=int(timings.get("draft_n", 0)),
+        draft_n_accepted=int(timings.get("draft_n_accepted", 0)),
+    )
+
+
+async def calibrate(
+    backends: Sequence[BackendSupervisor],
+    scoreboard: Scoreboard,
+    session: aiohttp.ClientSession,
+    requests: int,
+    max_tokens: int,
+) -> int:
+    """Measure each (backend, task) short of `requests` single-stream samples; count them."""
+    todo = [
+        (b, task)
+        for task in TASK_CLASSES
+        for b in backends
+        if (est := scoreboard.get(b.name, task, 1)) is None or est.samples < requests
+    ]
+    for i, (backend, task) in enumerate(todo, 1):
+        for _ in range(requests):
+            if not backend.ready:
+                break
+            backend.in_flight += 1
+            try:
+                async with session.post(
+                    f"{backend.base_url}/v1/chat/completions", json=chat_body(task, max_tokens)
+                ) as resp:
+                    body = await resp.json() if resp.status == 200 else {}
+            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                log.warning("calibration request failed", backend=backend.name, error=str(exc))
+                continue
+            finally:
+                backend.in_flight -= 1
+            timings = body.get("timings") or {}
+            scoreboard.record(outcome_from_timings(backend.name, task, 1, timings))
+            log.info(
+                "calibrating",
+                step=f"{i}/{len(todo)}",
+                backend=backend.name,
+                task=task,
+                tokens_per_s=round(float(timings.get("predicted_per_second", 0.0)), 1),
+                draft_n=timings.get("draft_n"),
+                draft_n_accepted=timings.get("draft_n_accepted"),
+            )
+    return len(todo) * requests

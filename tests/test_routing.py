@@ -1,0 +1,124 @@
+"""Routing with real backends: calibration, the fastest choice, demotion, persistence."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.conftest import ROOT, RunningProxy, get_json, start_proxy
+
+MTP_CONFIG = ROOT / "tests" / "configs" / "mtp.yaml"
+PROMPTS = {
+    "code": "Write a Python function that parses an ISO date.",
+    "prose": "Write a short poem about the sea.",
+    "echo": "Fix the typos in this text and return it unchanged otherwise:\n\n"
+    + "Teh quick brown fox jumsp over the lazy dog. " * 8,
+}
+
+
+def scoreboard(proxy: RunningProxy) -> list[dict[str, object]]:
+    rows = get_json(f"{proxy.url}/scoreboard")[1]["estimates"]
+    assert isinstance(rows, list)
+    return rows
+
+
+def wait_calibrated(proxy: RunningProxy, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while '"calibration done"' not in proxy.log_path.read_text():
+        assert time.monotonic() < deadline, f"calibration incomplete: {scoreboard(proxy)}"
+        time.sleep(0.3)
+
+
+@pytest.fixture(scope="module")
+def scoreboard_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("routing") / "scoreboard.json"
+
+
+@pytest.fixture(scope="module")
+def routed(
+    tmp_path_factory: pytest.TempPathFactory, scoreboard_file: Path
+) -> Iterator[RunningProxy]:
+    log = tmp_path_factory.mktemp("routing") / "proxy.log"
+    running = start_proxy(
+        MTP_CONFIG,
+        log,
+        SPECPROXY_EXPLORE_SHARE="0",
+        SPECPROXY_CALIBRATION_REQUESTS="2",
+        SPECPROXY_SCOREBOARD_FILE=str(scoreboard_file),
+    )
+    try:
+        running.wait_ready()
+        wait_calibrated(running)
+        yield running
+    finally:
+        running.stop()
+
+
+def test_calibration_measures_every_backend_and_task(routed: RunningProxy) -> None:
+    rows = scoreboard(routed)
+    cells = {(r["backend"], r["task"]) for r in rows if r["level"] == 1}
+    assert cells == {
+        (b, t) for b in ("tiny-plain", "mtp", "mtp-noisy") for t in ("code", "prose", "echo")
+    }
+    assert all(r["tokens_per_s"] > 0 and r["samples"] >= 2 for r in rows)  # type: ignore[operator]
+    by = {(r["backend"], r["task"]): r for r in rows}
+    assert by[("tiny-plain", "code")]["acceptance"] is None
+    assert by[("mtp", "code")]["acceptance"] > 0.9  # type: ignore[operator]
+    assert by[("mtp-noisy", "code")]["acceptance"] < 0.5  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("task", ["code", "prose", "echo"])
+def test_auto_goes_to_the_fastest_measured_backend(routed: RunningProxy, task: str) -> None:
+    client = openai.OpenAI(base_url=f"{routed.url}/v1", api_key="x", max_retries=0)
+    before = {(r["backend"], r["task"]): r for r in scoreboard(routed) if r["level"] == 1}
+    raw = client.chat.completions.with_raw_response.create(
+        model="auto", messages=[{"role": "user", "content": PROMPTS[task]}], max_tokens=16
+    )
+    assert raw.headers["x-specproxy-task"] == task
+    chosen, reason = raw.headers["x-specproxy-backend"], raw.headers["x-specproxy-route"]
+    # A noisy MTP head (acceptance ~0.1) is below break-even: never chosen while others serve.
+    assert chosen != "mtp-noisy"
+    candidates = {b: before[(b, task)]["tokens_per_s"] for b in ("tiny-plain", "mtp")}
+    if reason == "fastest":
+        assert chosen == max(candidates, key=candidates.get)  # type: ignore[arg-type]
+    else:
+        assert reason == "demoted" and chosen in candidates
+
+
+def test_route_reasons_are_logged(routed: RunningProxy) -> None:
+    lines = [json.loads(x) for x in routed.log_path.read_text().splitlines() if x.startswith("{")]
+    routes = {x.get("route") for x in lines if x.get("event") == "request"}
+    assert routes & {"fastest", "demoted"}
+
+
+def test_measurements_survive_a_restart(
+    routed: RunningProxy, scoreboard_file: Path, tmp_path: Path
+) -> None:
+    before = scoreboard(routed)
+    routed.stop()
+    saved = json.loads(scoreboard_file.read_text())
+    assert len(saved) == len(before)
+    again = start_proxy(
+        MTP_CONFIG,
+        tmp_path / "proxy.log",
+        SPECPROXY_SCOREBOARD_FILE=str(scoreboard_file),
+        SPECPROXY_CALIBRATION_REQUESTS="2",
+    )
+    try:
+        again.wait_ready()
+        rows = scoreboard(again)
+        assert len(rows) == len(before)
+        wait_calibrated(again, timeout=30)
+        done = [
+            json.loads(x)
+            for x in again.log_path.read_text().splitlines()
+            if '"calibration done"' in x
+        ]
+        assert done[0]["requests"] == 0, "a restart with saved measurements must not recalibrate"
+    finally:
+        again.stop()
