@@ -16,6 +16,7 @@ from aiohttp import web
 from proxy.api.app import build_app
 from proxy.api.state import POOL
 from proxy.backends.launch import BackendConfigError, prepare_backends
+from proxy.bench.command import bench
 from proxy.config import ConfigError, Settings, load_settings
 from proxy.log import configure_logging, get_logger
 from proxy.provision.models import CATALOG, GENERATED, resolve_model
@@ -110,6 +111,13 @@ def main(argv: list[str] | None = None) -> int:
     p_prov = sub.add_parser("provision", help="build llama-server and fetch the configured models")
     p_prov.add_argument("extra_models", nargs="*", metavar="MODEL", help="more catalog models")
     sub.add_parser("models", help="list the model catalog")
+    p_bench = sub.add_parser("bench", help="measure the lab's table on the configured backends")
+    p_bench.add_argument("--out", type=Path, default=Path("bench-results"))
+    p_bench.add_argument("--tokens", type=int, default=150, help="tokens generated per run")
+    p_bench.add_argument("--repeats", type=int, default=1, help="runs per cell (median)")
+    p_bench.add_argument("--tasks", default="prose,code,echo")
+    p_bench.add_argument("--temperatures", default="0,1")
+    p_bench.add_argument("--n-max", default="2,4,8,16", help="draft n-max sweep")
     args = parser.parse_args(argv)
 
     if args.command == "models":
@@ -128,6 +136,20 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"{spec.config.name}: {spec.binary} {spec.model_path} {spec.draft_path or ''}"
                 )
+            return 0
+        if args.command == "bench":
+            summary = asyncio.run(
+                bench(
+                    settings,
+                    args.out,
+                    tasks=args.tasks.split(","),
+                    temperatures=[float(t) for t in args.temperatures.split(",")],
+                    tokens=args.tokens,
+                    repeats=args.repeats,
+                    n_max_sweep=tuple(int(n) for n in args.n_max.split(",") if n),
+                )
+            )
+            print(summary)
             return 0
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(serve(settings))

@@ -309,5 +309,8 @@ class _Scrape:
     extra: _BackendCollector
 
     def collect(self) -> Iterator[Metric]:
-        yield from self.registry.collect()
+        for family in self.registry.collect():
+            # prometheus_client's *_created samples would double the series; no query uses them.
+            family.samples = [s for s in family.samples if not s.name.endswith("_created")]
+            yield family
         yield from self.extra.collect()

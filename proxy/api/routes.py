@@ -58,6 +58,7 @@ async def _complete(request: web.Request, endpoint: Endpoint) -> web.StreamRespo
 async def _serve(
     request: web.Request, endpoint: Endpoint, seen: RequestRecord
 ) -> web.StreamResponse:
+    """Validate, classify, choose, relay and log one completion, filling in `seen` as it goes."""
     body = validate_body(await _read_json(request), endpoint)
     app = request.app
     router, pool = app[ROUTER], app[POOL]
@@ -205,7 +206,8 @@ async def scoreboard(request: web.Request) -> web.Response:
 async def metrics(request: web.Request) -> web.Response:
     """GET /metrics: Prometheus text for the proxy, its router and every ready backend."""
     app = request.app
-    body = await app[METRICS].render(app[POOL], app[SESSION])
+    pool = app[POOL]
+    body = await app[METRICS].render(pool, app[SESSION])
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 import string
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final, Literal
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Final, Literal, TypeGuard
 
 TaskClass = Literal["code", "prose", "echo"]
 TASK_CLASSES: Final[tuple[TaskClass, ...]] = ("code", "prose", "echo")
@@ -40,31 +40,27 @@ _MAX_OCCURRENCES: Final = 4
 _ASCII_PUNCT: Final = bytes(c for c in string.punctuation.encode() if c not in b"+#_")
 _TOKEN_TABLE: Final = bytes.maketrans(_ASCII_PUNCT, b" " * len(_ASCII_PUNCT))
 _UNICODE_PUNCT: Final = "“”‘’«»–—…¿¡·"
-_STEM_KEY: Final = 5
 
 
 def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
-_Index = dict[str, tuple[str, ...]]  # key -> cues; a cue is only tried when its key is present
+class _Index:
+    """Phrases by their first token, so that only phrases whose first word occurs are searched."""
 
+    __slots__ = ("cues", "keys")
 
-def _phrase_index(phrases: Iterable[str]) -> _Index:
-    """Index phrases by their first token, so that only phrases that can occur are searched."""
-    index: dict[str, list[str]] = {}
-    for phrase in phrases:
-        key = phrase.encode().translate(_TOKEN_TABLE).decode().split()[0]
-        index.setdefault(key, []).append(phrase)
-    return {key: tuple(cues) for key, cues in index.items()}
+    def __init__(self, phrases: Iterable[str]) -> None:
+        cues: dict[str, list[str]] = {}
+        for phrase in phrases:
+            key = phrase.encode().translate(_TOKEN_TABLE).decode().split()[0]
+            cues.setdefault(key, []).append(phrase)
+        self.cues = {key: tuple(group) for key, group in cues.items()}
+        self.keys = frozenset(self.cues)
 
-
-def _stem_index(stems: Iterable[str]) -> _Index:
-    """Index stems by their first _STEM_KEY characters, matched against token prefixes."""
-    index: dict[str, list[str]] = {}
-    for stem in stems:
-        index.setdefault(stem[:_STEM_KEY], []).append(stem)
-    return {key: tuple(cues) for key, cues in index.items()}
+    def candidates(self, tokens: frozenset[str]) -> list[tuple[str, ...]]:
+        return [self.cues[key] for key in tokens & self.keys]
 
 
 # Distinct words that point to code; 2 = rarely anything but software, 1 = ambiguous alone
@@ -287,8 +283,8 @@ _ECHO_STEMS_TEXT: Final = (
     "translat riscriv riformul corregg tradu tradú riformatt restituisci ripet semplific reescr"
     " reformul corrij réécri übersetz korrigier formatier"
 )
-_ECHO_PHRASE_INDEX: Final = _phrase_index(_ECHO_PHRASES)
-_ECHO_STEM_INDEX: Final = _stem_index(_ECHO_STEMS_TEXT.split())
+_ECHO_PHRASE_INDEX: Final = _Index(_ECHO_PHRASES)
+_ECHO_STEMS: Final = tuple(_ECHO_STEMS_TEXT.split())
 
 _ECHO_EXPLICIT: Final = (
     r"\b(?:repeat|ripeti|repite|répète|wiederhole|say|write|scrivi|escribe|écris|schreibe"
@@ -323,7 +319,7 @@ _ANALYSIS_WORDS: Final = _words(
     meaning significato compare confronta reply respond answer rispondi responde réponds
     antworte headline tagline slogan caption hashtag hashtags keywords"""
 )
-_ANALYSIS_STEM_INDEX: Final = _stem_index(
+_ANALYSIS_STEMS: Final = tuple(
     """explain spieg explic expliq erklär summar riassum resum résum zusammen review critique
     critic analy anali assess evaluat valuta suggest recommend consigli continua extract estra
     title titol""".split()
@@ -371,9 +367,8 @@ _PROSE_VERBS: Final = _words(
 _PROSE_WRITE: Final = (
     r"(?:give me|(?!give)\w+)\b[^.\n]{0,40}\b(?:story|stories|poem|sonnet|haiku|limerick"
     r"|letter|email|e-mail|essay|toast|speech|post|announcement|note|message|review|biography"
-    r"|backstory"
-    r"|lyrics|song|racconto|poesia|lettera|mail|discorso|biografia|cuento|poema|carta|histoire"
-    r"|poème|lettre|geschichte|gedicht|brief|rede)\b"
+    r"|backstory|lyrics|song|racconto|poesia|lettera|mail|discorso|biografia|cuento|poema|carta"
+    r"|histoire|poème|lettre|geschichte|gedicht|brief|rede)\b"
 )
 _NARRATIVE_PHRASES: Final = (
     "who created",
@@ -394,7 +389,7 @@ _NARRATIVE_PHRASES: Final = (
     "evolving",
     "evolution",
 )
-_NARRATIVE_INDEX: Final = _phrase_index(_NARRATIVE_PHRASES)
+_NARRATIVE_INDEX: Final = _Index(_NARRATIVE_PHRASES)
 _DECADE: Final = r"[0-9]{4}s\b"
 # Language names that are ordinary words elsewhere count after "in", "using"...
 _AMBIGUOUS_LANGS: Final = _words("go c r java rust swift ruby shell dart julia elixir zig ocaml")
@@ -414,7 +409,7 @@ _CS_PHRASES: Final = (
     "hash table",
     "data structure",
 )
-_CS_INDEX: Final = _phrase_index(_CS_PHRASES)
+_CS_INDEX: Final = _Index(_CS_PHRASES)
 # An explicit change of subject cancels the coding context of the session.
 _TOPIC_RESET_PHRASES: Final = (
     "unrelated",
@@ -430,10 +425,9 @@ _TOPIC_RESET_PHRASES: Final = (
     "otra pregunta",
     "autre question",
 )
-_TOPIC_RESET_INDEX: Final = _phrase_index(_TOPIC_RESET_PHRASES)
+_TOPIC_RESET_INDEX: Final = _Index(_TOPIC_RESET_PHRASES)
 
-# Source-code syntax.  Each pattern starts with a literal, a character class or a line anchor
-# so that the regex engine can skip ahead cheaply.
+# Source-code syntax: statements that open a line, operators, calls, command-line flags.
 _LINE_KEYWORDS: Final = (
     *(
         f"{word} "
@@ -470,7 +464,6 @@ _CODING_SYSTEM: Final = (
     r"|source code|search/replace|developer|engineer|assistente di programmazione"
     r"|programmazione|programación|programmation|programmier\w*)\b"
 )
-_FENCE: Final = r"```.*?(?:```|\Z)"
 
 _Rules = dict[str, list[tuple[re.Pattern[str], bool]]]  # trigger word -> (regex, strong)
 
@@ -534,7 +527,6 @@ class TaskClassifier:
         self._file_extension = re.compile(_FILE_EXTENSION)
         self._fim = re.compile(_FIM)
         self._coding_system = re.compile(_CODING_SYSTEM, re.IGNORECASE)
-        self._fence = re.compile(_FENCE, re.DOTALL)
         self._code_word_keys = frozenset(_CODE_WORDS)
         # Clients resend the same system prompt on every turn; remembering its verdict keeps
         # long agent prompts off the hot path.
@@ -551,7 +543,8 @@ class TaskClassifier:
     def _classify(self, body: Mapping[str, Any]) -> TaskClass:
         if not _is_mapping(body):
             return "prose"
-        if body.get("tools") or body.get("functions"):
+        tools = body.get("tools") or body.get("functions")
+        if tools and _is_list(tools):
             return "code"
         if isinstance(body.get("input_prefix"), str) or isinstance(body.get("input_suffix"), str):
             return "code"
@@ -567,7 +560,7 @@ class TaskClassifier:
             return "code"
 
         lower = user.lower()
-        stripped = self._fence.sub("\n", lower) if "```" in lower else lower
+        stripped = _strip_fences(lower) if "```" in lower else lower
         head_tokens = _tokens(stripped[:_INSTR_HEAD])
         if self._is_echo(user, user_len, stripped, head_tokens, history):
             return "echo"
@@ -656,9 +649,10 @@ class TaskClassifier:
                     if match is not None:
                         best[strong] = match.span()
         # Phrases and stems may take a suffix ("type hints", "traducilo").
-        stem_keys = {t[:_STEM_KEY] for t in tokens}
-        for cues in _cues(tokens, _ECHO_PHRASE_INDEX) + _cues(stem_keys, _ECHO_STEM_INDEX):
+        for cues in (*_ECHO_PHRASE_INDEX.candidates(tokens), _ECHO_STEMS):
             for cue in cues:
+                if text.find(cue, start, end) < 0:
+                    continue
                 # Occurrences come in order, so only the first can be the leftmost.
                 for pos in _occurrences(text, cue, start, end, whole_word=False):
                     found = best.get(True)
@@ -704,7 +698,7 @@ class TaskClassifier:
             tokens = _tokens(text)
             if (
                 tokens & _ANALYSIS_WORDS
-                or _has_stem(tokens, _ANALYSIS_STEM_INDEX)
+                or any(stem in text for stem in _ANALYSIS_STEMS)
                 or _has_debug(text, tokens)
                 or self._creates_something(text, tokens)
                 or any(self._is_question(m.group()) for m in self._sentence.finditer(text))
@@ -732,6 +726,7 @@ class TaskClassifier:
         return text[left : right.end() if right else len(text)]
 
     def _is_question(self, sentence: str) -> bool:
+        """Whether ``sentence`` asks something rather than orders something."""
         if self._question_opener.match(sentence):
             return True
         return sentence.rstrip().endswith("?") and not self._request_opener.match(sentence)
@@ -770,7 +765,8 @@ class TaskClassifier:
             score += 2
         if score >= need:
             return score
-        # Several small regexes: each keeps the engine's prefix scan, a combined one does not.
+        # Counts and small separate regexes: each regex keeps the engine's literal-prefix scan,
+        # which one combined alternation would lose.
         syntax = (
             sum(1 for line in lower.split("\n") if line.lstrip().startswith(_LINE_KEYWORDS))
             + lower.count(";\n")
@@ -847,7 +843,26 @@ class TaskClassifier:
         return verdict
 
 
+def _strip_fences(text: str) -> str:
+    """``text`` with each fenced block (an unclosed one runs to the end) replaced by a newline."""
+    parts: list[str] = []
+    pos = 0
+    while True:
+        start = text.find("```", pos)
+        if start < 0:
+            parts.append(text[pos:])
+            break
+        parts.append(text[pos:start])
+        parts.append("\n")
+        end = text.find("```", start + 3)
+        if end < 0:
+            break
+        pos = end + 3
+    return "".join(parts)
+
+
 def _tokens(text: str) -> frozenset[str]:
+    """Distinct words of ``text`` (already lower-cased)."""
     if not text.isascii():
         for char in _UNICODE_PUNCT:
             if char in text:
@@ -855,12 +870,12 @@ def _tokens(text: str) -> frozenset[str]:
     return frozenset(text.encode().translate(_TOKEN_TABLE).decode().split())
 
 
-def _is_mapping(value: object) -> bool:
+def _is_mapping(value: object) -> TypeGuard[Mapping[str, Any]]:
     # JSON bodies are dicts; the ABC check is several times slower and only a fallback.
     return isinstance(value, (dict, Mapping))
 
 
-def _is_list(value: object) -> bool:
+def _is_list(value: object) -> TypeGuard[Sequence[Any]]:
     return isinstance(value, list) or (
         isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray))
     )
@@ -868,7 +883,7 @@ def _is_list(value: object) -> bool:
 
 def _occurrences(
     text: str, word: str, start: int, end: int, *, whole_word: bool = True
-) -> Iterable[int]:
+) -> Iterator[int]:
     """Start offsets of ``word`` in text[start:end] that begin a word (not "s.replace")."""
     found = 0
     pos = text.find(word, start, end)
@@ -884,24 +899,14 @@ def _occurrences(
         pos = text.find(word, pos + 1, end)
 
 
-def _cues(keys: Iterable[str], index: _Index) -> tuple[tuple[str, ...], ...]:
-    return tuple(index[key] for key in index.keys() & keys)
-
-
 def _find_phrase(text: str, tokens: frozenset[str], index: _Index) -> int:
     """Offset of the first indexed phrase found in ``text`` (a suffix may follow), or -1."""
-    for cues in _cues(tokens, index):
+    for cues in index.candidates(tokens):
         for cue in cues:
             if cue in text:
                 for pos in _occurrences(text, cue, 0, len(text), whole_word=False):
                     return pos
     return -1
-
-
-def _has_stem(tokens: frozenset[str], index: _Index) -> bool:
-    """Whether a token starts with one of the indexed stems."""
-    keys = {t[:_STEM_KEY] for t in tokens}
-    return any(any(t.startswith(cues) for t in tokens) for cues in _cues(keys, index))
 
 
 def _has_debug(text: str, tokens: frozenset[str]) -> bool:
@@ -955,7 +960,7 @@ def _content_text(content: object) -> str:
     if _is_list(content):
         texts = [
             part["text"]
-            for part in content  # type: ignore[attr-defined]
+            for part in content
             if _is_mapping(part) and isinstance(part.get("text"), str)
         ]
         return "\n".join(texts)
@@ -967,7 +972,7 @@ def _prompt_text(prompt: object) -> str:
     if isinstance(prompt, str):
         return prompt
     if _is_list(prompt):
-        return "\n".join(p for p in prompt if isinstance(p, str))  # type: ignore[attr-defined]
+        return "\n".join(p for p in prompt if isinstance(p, str))
     return ""
 
 

@@ -1,0 +1,264 @@
+"""Sweep concurrency × backend × task class, one headless locust run per cell, then report.
+
+python -m loadtests.sweep --url http://127.0.0.1:8080 --out loadtest-results/
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loadtests.measure import RunSummary, read_samples, summarise
+from loadtests.prompts import PROMPTS
+from loadtests.report import AUTO, Cell, SweepSetup, write_csv, write_markdown, write_plot
+
+ROOT = Path(__file__).resolve().parent.parent
+LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
+# Locust's own start-up and our idle wait, per cell, for the time estimate.
+_CELL_OVERHEAD_S = 2
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """How every cell is run."""
+
+    url: str
+    out: Path
+    levels: list[int]
+    backends: list[str] | None
+    tasks: list[str]
+    seconds: int
+    drain: int
+    requests_per_user: int
+    max_tokens: int
+    temperature: float
+    stream: bool
+    baseline: str | None
+    margin: float
+
+
+def _csv_list(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def _levels(text: str) -> list[int]:
+    try:
+        levels = sorted({int(item) for item in _csv_list(text)})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of integers: {text!r}") from None
+    if not levels or levels[0] < 1:
+        raise argparse.ArgumentTypeError("levels must be positive integers")
+    return levels
+
+
+def _tasks(text: str) -> list[str]:
+    tasks = _csv_list(text)
+    unknown = [t for t in tasks if t not in PROMPTS]
+    if unknown or not tasks:
+        raise argparse.ArgumentTypeError(f"task classes are {', '.join(PROMPTS)}")
+    return tasks
+
+
+def parse_options(argv: list[str] | None) -> SweepOptions:
+    """The command line."""
+    p = argparse.ArgumentParser(
+        prog="python -m loadtests.sweep", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--url", default="http://127.0.0.1:8080", help="the proxy")
+    p.add_argument("--out", type=Path, default=Path("loadtest-results"), help="report folder")
+    p.add_argument("--levels", type=_levels, default=[1, 2, 4, 8], help="concurrency levels")
+    p.add_argument(
+        "--backends",
+        type=_csv_list,
+        help="model ids to load (default: every backend in /v1/models, then auto)",
+    )
+    p.add_argument("--tasks", type=_tasks, default=list(PROMPTS), help="task classes")
+    p.add_argument(
+        "--seconds", type=int, default=10, help="per cell: how long new requests are issued"
+    )
+    p.add_argument(
+        "--drain",
+        type=int,
+        default=4,
+        help="per cell: seconds requests in flight get to finish; later ones are cut",
+    )
+    p.add_argument(
+        "--requests-per-user",
+        type=int,
+        default=0,
+        help="per cell: stop issuing after this many requests per user (0: only --seconds)",
+    )
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument(
+        "--no-stream",
+        dest="stream",
+        action="store_false",
+        help="ask for whole answers (no time to first token; cut requests count no tokens)",
+    )
+    p.add_argument(
+        "--baseline", help="backend speculation is compared with (default: the plain one)"
+    )
+    p.add_argument(
+        "--margin",
+        type=float,
+        default=0.05,
+        help="speculation pays when at least this much faster in aggregate (0.05 = 5%%)",
+    )
+    a = p.parse_args(argv)
+    return SweepOptions(
+        url=a.url.rstrip("/"),
+        out=a.out,
+        levels=a.levels,
+        backends=a.backends,
+        tasks=a.tasks,
+        seconds=a.seconds,
+        drain=a.drain,
+        requests_per_user=a.requests_per_user,
+        max_tokens=a.max_tokens,
+        temperature=a.temperature,
+        stream=a.stream,
+        baseline=a.baseline,
+        margin=a.margin,
+    )
+
+
+def _get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return json.load(resp)
+
+
+def _health(url: str) -> dict[str, Any]:
+    """The proxy's backends as /health describes them; empty if it says nothing usable."""
+    try:
+        body = _get_json(f"{url}/health")
+    except urllib.error.HTTPError as err:
+        body = json.load(err)
+    except (OSError, ValueError):
+        return {}
+    backends = body.get("backends") if isinstance(body, dict) else None
+    return backends if isinstance(backends, dict) else {}
+
+
+def _wait_idle(url: str, timeout: float = 60) -> None:
+    """Let the previous cell's cut requests drain, so cells do not overlap."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        backends = _health(url).values()
+        if all(b.get("in_flight", 0) == 0 and b.get("state") == "ready" for b in backends):
+            return
+        time.sleep(0.5)
+
+
+def run_cell(opts: SweepOptions, task: str, backend: str, level: int) -> RunSummary:
+    """One headless locust run; its stats CSV, log and samples land in <out>/cells/."""
+    cells = opts.out / "cells"
+    cells.mkdir(parents=True, exist_ok=True)
+    name = f"{task}-{backend}-c{level}"
+    results = cells / f"{name}.jsonl"
+    results.unlink(missing_ok=True)
+    command = [
+        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary",
+        "--host", opts.url, "-u", str(level), "-r", str(level),
+        "--run-time", f"{opts.seconds}s", "--stop-timeout", str(opts.drain),
+        "--csv", str(cells / name), "--exit-code-on-error", "0",
+        "SingleStreamUser" if level == 1 else "BatchedUser",
+        "--model", backend, "--task", task, "--max-tokens", str(opts.max_tokens),
+        "--temperature", str(opts.temperature), "--stream", "true" if opts.stream else "false",
+        "--requests", str(opts.requests_per_user * level), "--results-file", str(results),
+    ]  # fmt: skip
+    with (cells / f"{name}.log").open("w") as log:
+        # cwd: locust puts it on sys.path, which is how the locustfile finds `loadtests`.
+        subprocess.run(
+            command,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            timeout=opts.seconds + opts.drain + 120,
+            check=False,
+        )
+    return summarise(read_samples(results))
+
+
+def _discover(opts: SweepOptions) -> tuple[list[str], dict[str, str], str | None]:
+    """Backends to load (pinned ones first, auto last), their kinds and the baseline."""
+    health = _health(opts.url)
+    kinds = {n: str(b.get("spec_type") or b.get("kind") or "?") for n, b in health.items()}
+    if opts.backends is not None:
+        backends = opts.backends
+    else:
+        ids = [m["id"] for m in _get_json(f"{opts.url}/v1/models")["data"]]
+        backends = [i for i in ids if i != AUTO and not i.startswith(f"{AUTO}-")] + [AUTO]
+    # Auto goes last at each level, so the router has just measured every backend there.
+    backends = sorted(backends, key=lambda b: b == AUTO)
+    plain = [n for n, b in health.items() if b.get("kind") == "plain"]
+    baseline = opts.baseline or (plain[0] if plain else "plain" if "plain" in backends else None)
+    return backends, kinds, baseline
+
+
+def _describe(opts: SweepOptions) -> str:
+    stop = f"{opts.seconds} s of new requests, then {opts.drain} s to finish"
+    if opts.requests_per_user:
+        stop = f"{opts.requests_per_user} requests per user or {stop}"
+    stream = "streamed" if opts.stream else "not streamed"
+    return (
+        f"max_tokens {opts.max_tokens}, temperature {opts.temperature}, {stream}; "
+        f"each cell: {stop}; {time.strftime('%Y-%m-%d %H:%M')}."
+    )
+
+
+def _line(cell: Cell) -> str:
+    s = cell.summary
+    per_stream = f"{s.per_stream_tps:.1f}" if s.per_stream_tps is not None else "-"
+    return (
+        f"{cell.task:5} {cell.backend:>10} ×{cell.concurrency}: {s.requests} requests "
+        f"({s.failures} failed, {s.cut} cut), {s.aggregate_tps:.1f} tok/s aggregate, "
+        f"{per_stream} per stream, answered by {s.backends or '-'}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run every cell, write the report; exit 1 if any request failed."""
+    opts = parse_options(argv)
+    try:
+        backends, kinds, baseline = _discover(opts)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"sweep: cannot read {opts.url}/v1/models: {exc}", file=sys.stderr)
+        return 2
+    plan = [(t, lv, b) for t in opts.tasks for lv in opts.levels for b in backends]
+    worst = len(plan) * (opts.seconds + opts.drain + _CELL_OVERHEAD_S) / 60
+    print(f"{len(plan)} cells ({', '.join(backends)}), at most about {worst:.0f} min", flush=True)
+    opts.out.mkdir(parents=True, exist_ok=True)
+    cells: list[Cell] = []
+    interrupted = False
+    try:
+        for i, (task, level, backend) in enumerate(plan, 1):
+            _wait_idle(opts.url)
+            cell = Cell(task, backend, level, run_cell(opts, task, backend, level))
+            cells.append(cell)
+            print(f"[{i}/{len(plan)}] {_line(cell)}", flush=True)
+            # Rewritten after every cell, so an interrupted sweep keeps what it measured.
+            write_csv(opts.out / "results.csv", cells)
+    except KeyboardInterrupt:
+        interrupted = True
+    if cells:
+        setup = SweepSetup(opts.url, kinds, baseline, opts.margin, _describe(opts))
+        write_csv(opts.out / "results.csv", cells)
+        write_markdown(opts.out / "report.md", cells, setup)
+        write_plot(opts.out / "tokens_per_s.png", cells)
+        print(f"report: {opts.out / 'report.md'}, {opts.out / 'tokens_per_s.png'}")
+    if interrupted:
+        return 130
+    return 1 if any(c.summary.failures or not c.summary.requests for c in cells) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

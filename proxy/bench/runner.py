@@ -1,0 +1,125 @@
+"""Runs each variant alone on the machine and measures the reference prompts on it."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from proxy.backends.launch import LaunchSpec, prepare_backend
+from proxy.backends.supervisor import BackendSupervisor
+from proxy.bench.variants import Variant
+from proxy.config import Settings
+from proxy.log import get_logger
+from proxy.prompts import chat_body
+
+log = get_logger("bench")
+
+
+@dataclass
+class Run:
+    """One measured generation: a variant on a task at a temperature."""
+
+    variant: str
+    task: str
+    temperature: float
+    tokens_per_s: float
+    predicted_n: int
+    draft_n: int
+    accepted: int
+    drafts: int
+    text: str
+    sweep: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def acceptance(self) -> float | None:
+        """Accepted / drafted tokens."""
+        return self.accepted / self.draft_n if self.draft_n else None
+
+    @property
+    def mean_accepted_length(self) -> float | None:
+        """Accepted tokens per draft made."""
+        return self.accepted / self.drafts if self.drafts else None
+
+
+async def _counter(session: aiohttp.ClientSession, base: str, name: str) -> float:
+    async with session.get(f"{base}/metrics") as resp:
+        text = await resp.text()
+    for line in text.splitlines():
+        if line.startswith(f"llamacpp:{name} "):
+            return float(line.split()[1])
+    return 0.0
+
+
+async def _generate(
+    session: aiohttp.ClientSession, base: str, task: str, tokens: int, temperature: float
+) -> tuple[dict[str, Any], float]:
+    drafts_before = await _counter(session, base, "spec_decode_num_drafts_total")
+    async with session.post(
+        f"{base}/v1/chat/completions", json=chat_body(task, tokens, temperature)
+    ) as resp:
+        resp.raise_for_status()
+        body = await resp.json()
+    drafts = await _counter(session, base, "spec_decode_num_drafts_total") - drafts_before
+    return body, drafts
+
+
+async def run_variant(
+    variant: Variant,
+    settings: Settings,
+    binary: Any,
+    tasks: list[str],
+    temperatures: list[float],
+    tokens: int,
+    repeats: int,
+) -> list[Run]:
+    """Start the variant's backend alone, measure every task and temperature, stop it."""
+    spec: LaunchSpec = prepare_backend(variant.config, settings, binary)
+    timeout = aiohttp.ClientTimeout(total=None, connect=settings.connect_timeout_s)
+    runs: list[Run] = []
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        backend = BackendSupervisor(spec, settings, session)
+        backend.start()
+        try:
+            if not await backend.wait_ready(settings.ready_timeout_s):
+                raise RuntimeError(
+                    f"{variant.label} did not start: {list(backend.last_lines)[-5:]}"
+                )
+            # One short warm-up so page faults and caches do not land on the first measurement.
+            await _generate(session, backend.base_url, tasks[0], 8, 0.0)
+            for task in tasks:
+                for temperature in temperatures:
+                    for _ in range(repeats):
+                        start = time.monotonic()
+                        body, drafts = await _generate(
+                            session, backend.base_url, task, tokens, temperature
+                        )
+                        timings = body.get("timings") or {}
+                        run = Run(
+                            variant=variant.label,
+                            task=task,
+                            temperature=temperature,
+                            tokens_per_s=float(timings.get("predicted_per_second", 0.0)),
+                            predicted_n=int(timings.get("predicted_n", 0)),
+                            draft_n=int(timings.get("draft_n", 0)),
+                            accepted=int(timings.get("draft_n_accepted", 0)),
+                            drafts=int(drafts),
+                            text=body["choices"][0]["message"].get("content") or "",
+                            sweep=variant.sweep,
+                        )
+                        runs.append(run)
+                        log.info(
+                            "bench",
+                            variant=variant.label,
+                            task=task,
+                            temperature=temperature,
+                            tokens_per_s=round(run.tokens_per_s, 1),
+                            acceptance=run.acceptance and round(run.acceptance, 3),
+                            wall_s=round(time.monotonic() - start, 1),
+                        )
+        finally:
+            await backend.stop()
+    return runs

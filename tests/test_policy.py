@@ -1,0 +1,121 @@
+"""The policy's decisions on given measurements: speed order, load levels, break-even, exploring."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import pytest
+
+from proxy.routing.policy import RoutePolicy, break_even_acceptance, speedup
+from proxy.routing.scoreboard import Outcome, Scoreboard, load_level
+
+
+@dataclass
+class Backend:
+    name: str
+    spec_type: str | None = None
+    in_flight: int = 0
+    ready: bool = True
+    draft_n_max: int = 3
+
+
+def measure(
+    board: Scoreboard, backend: str, task: str, tps: float, level: int = 1, **kw: int
+) -> None:
+    board.record(
+        Outcome(backend, task, level, tps, 0.1, 64, kw.get("draft_n", 0), kw.get("accepted", 0))
+    )
+
+
+def test_load_levels() -> None:
+    assert [load_level(n) for n in (1, 2, 3, 4, 5, 8, 30)] == [1, 2, 4, 4, 8, 8, 8]
+
+
+def test_speedup_matches_the_paper() -> None:
+    # Free drafts at acceptance 0.8, 4 drafted tokens: (1 - 0.8**5) / 0.2 = 3.36 tokens per step.
+    assert speedup(0.8, 4, 0.0) == pytest.approx(3.3616)
+    assert speedup(0.0, 3, 0.5) == pytest.approx(1 / 2.5)
+
+
+def test_break_even_from_a_winning_and_a_losing_draft() -> None:
+    # A draft that doubles speed at 0.8 acceptance breaks even well below 0.8.
+    winning = break_even_acceptance(0.8, 2.0, 3)
+    assert winning is not None and 0.1 < winning < 0.8
+    # FACTS.md on 2 CPU cores: 0.5x at 0.75 acceptance never breaks even.
+    assert break_even_acceptance(0.75, 0.53, 3) is None
+
+
+def test_fastest_backend_for_the_task_wins() -> None:
+    board = Scoreboard()
+    plain, ngram = Backend("plain"), Backend("ngram", "ngram-mod")
+    measure(board, "plain", "code", 30)
+    measure(board, "ngram", "code", 28)
+    measure(board, "plain", "echo", 29)
+    measure(board, "ngram", "echo", 56)
+    policy = RoutePolicy(board, explore_share=0)
+    assert policy.choose("code", [plain, ngram]).backend == "plain"  # type: ignore[union-attr]
+    assert policy.choose("echo", [plain, ngram]).backend == "ngram"  # type: ignore[union-attr]
+
+
+def test_unmeasured_backends_are_tried_first_and_unready_ones_never() -> None:
+    board = Scoreboard()
+    measure(board, "plain", "code", 30)
+    choice = RoutePolicy(board).choose("code", [Backend("plain"), Backend("draft", "draft-simple")])
+    assert choice is not None and (choice.backend, choice.reason) == ("draft", "unmeasured")
+    only = RoutePolicy(board).choose("code", [Backend("plain"), Backend("x", ready=False)])
+    assert only is not None and only.reason == "only_healthy"
+    assert RoutePolicy(board).choose("code", [Backend("x", ready=False)]) is None
+
+
+def test_the_choice_follows_the_load_level() -> None:
+    board = Scoreboard()
+    plain, draft = Backend("plain", in_flight=3), Backend("draft", "draft-simple", in_flight=3)
+    for level, (p, d) in {1: (20, 40), 4: (60, 45)}.items():
+        measure(board, "plain", "code", p, level)
+        measure(board, "draft", "code", d, level, draft_n=60, accepted=50)
+    policy = RoutePolicy(board, explore_share=0)
+    assert policy.choose("code", [plain, draft]).backend == "plain"  # type: ignore[union-attr]
+    plain.in_flight = draft.in_flight = 0
+    assert policy.choose("code", [plain, draft]).backend == "draft"  # type: ignore[union-attr]
+
+
+def test_collapsed_acceptance_demotes_a_faster_draft_until_it_recovers() -> None:
+    board = Scoreboard()
+    plain, draft = Backend("plain"), Backend("draft", "draft-simple")
+    measure(board, "plain", "code", 30)
+    for _ in range(5):
+        measure(board, "draft", "code", 60, draft_n=60, accepted=48)
+    policy = RoutePolicy(board, explore_share=0)
+    assert policy.choose("code", [plain, draft]).backend == "draft"  # type: ignore[union-attr]
+    for _ in range(3):  # e.g. temperature 1.0 traffic: acceptance collapses, speed follows
+        measure(board, "draft", "code", 25, draft_n=60, accepted=3)
+    # Its decayed speed still looks better than plain's: acceptance is the faster signal.
+    assert board.get("draft", "code", 1).tokens_per_s > 30  # type: ignore[union-attr]
+    choice = policy.choose("code", [plain, draft])
+    assert choice is not None and (choice.backend, choice.reason) == ("plain", "demoted")
+    for _ in range(3):
+        measure(board, "draft", "code", 60, draft_n=60, accepted=50)
+    assert policy.choose("code", [plain, draft]).backend == "draft"  # type: ignore[union-attr]
+
+
+def test_exploration_is_bounded_by_its_share() -> None:
+    board = Scoreboard()
+    backends = [Backend("plain"), Backend("ngram", "ngram-mod")]
+    measure(board, "plain", "prose", 30)
+    measure(board, "ngram", "prose", 20)
+    policy = RoutePolicy(board, explore_share=0.1, rng=random.Random(7))
+    reasons = [policy.choose("prose", backends).reason for _ in range(2000)]  # type: ignore[union-attr]
+    share = reasons.count("explore") / len(reasons)
+    assert 0.08 < share < 0.12
+
+
+def test_scoreboard_decays_toward_new_measurements() -> None:
+    board = Scoreboard(alpha=0.2)
+    measure(board, "b", "code", 100)
+    for _ in range(20):
+        measure(board, "b", "code", 50)
+    est = board.get("b", "code", 1)
+    assert est is not None and 50 <= est.tokens_per_s < 52 and est.samples == 21
+    board.record(Outcome("b", "code", 1, 999, None, 2, 0, 0))  # too short to count
+    assert board.get("b", "code", 1).samples == 21  # type: ignore[union-attr]
