@@ -1,0 +1,121 @@
+"""Load tests: the locust scenarios and the sweep, run for seconds against the real proxy."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from loadtests.measure import RunSummary
+from loadtests.prompts import PROMPTS
+from loadtests.report import Cell, verdict
+from proxy.routing.classifier import TaskClassifier
+from tests.conftest import ROOT, RunningProxy
+
+# Locust monkey-patches with gevent on import, so it only ever runs in a subprocess here.
+LOCUST = [sys.executable, "-m", "locust", "-f", "loadtests/locustfile.py", "--headless"]
+
+
+def test_sweep_smoke_run_writes_csv_markdown_and_plot(proxy: RunningProxy, tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    command = [
+        sys.executable, "-m", "loadtests.sweep", "--url", proxy.url, "--out", str(out),
+        "--levels", "1,2", "--backends", "plain,auto", "--tasks", "code", "--max-tokens", "8",
+        "--requests-per-user", "2", "--seconds", "120", "--drain", "60",
+    ]  # fmt: skip
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+    with (out / "results.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    cells = [(r["task"], r["backend"], int(r["concurrency"])) for r in rows]
+    assert cells == [
+        ("code", "plain", 1),
+        ("code", "auto", 1),
+        ("code", "plain", 2),
+        ("code", "auto", 2),
+    ]
+    for row in rows:
+        assert row["failures"] == "0" and row["cut"] == "0", row
+        assert int(row["requests"]) == 2 * int(row["concurrency"])
+        assert float(row["aggregate_tps"]) > 0 and float(row["per_stream_tps"]) > 0
+        answered = dict(pair.split(":") for pair in row["answered_by"].split())
+        assert set(answered) <= {"plain", "draft", "ngram"}
+        if row["backend"] == "plain":
+            assert set(answered) == {"plain"}
+
+    report = (out / "report.md").read_text()
+    assert "## code" in report and "| plain |" in report and "- auto at 2: chose " in report
+    assert (out / "tokens_per_s.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    stats = (out / "cells" / "code-plain-c1_stats.csv").read_text()
+    assert "chat:code" in stats and "tps:code:plain" in stats and "ttft:code:plain" in stats
+
+
+def test_locustfile_without_streaming_configured_by_environment(
+    proxy: RunningProxy, tmp_path: Path
+) -> None:
+    results = tmp_path / "samples.jsonl"
+    env = {
+        **os.environ,
+        "LOCUST_MODEL": "ngram",
+        "LOCUST_TASK": "mixed",
+        "LOCUST_MAX_TOKENS": "4",
+        "LOCUST_STREAM": "false",
+        "LOCUST_REQUESTS": "3",
+        "LOCUST_RESULTS_FILE": str(results),
+    }
+    command = [*LOCUST, "-u", "1", "-r", "1", "-t", "300s", "--host", proxy.url]
+    run = subprocess.run(
+        [*command, "SingleStreamUser"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    samples = [json.loads(line) for line in results.read_text().splitlines()]
+    assert [s["task"] for s in samples] == ["code", "prose", "echo"]
+    for s in samples:
+        assert s["outcome"] == "ok" and s["backend"] == "ngram" and s["route"] == "pinned", s
+        assert not s["stream"] and s["ttft_s"] is None
+        assert 0 < s["tokens"] <= 4 and s["tokens_per_s"] > 0
+
+
+@pytest.mark.parametrize("task", list(PROMPTS))
+def test_prompts_are_classified_as_their_task(task: str) -> None:
+    classifier = TaskClassifier()
+    for prompt in PROMPTS[task]:
+        assert classifier.classify({"messages": [{"role": "user", "content": prompt}]}) == task
+
+
+def _summary(aggregate: float) -> RunSummary:
+    return RunSummary(
+        requests=4,
+        failures=0,
+        cut=0,
+        tokens=100,
+        wall_s=1.0,
+        aggregate_tps=aggregate,
+        per_stream_tps=aggregate,
+        ttft_p50_s=None,
+        acceptance=None,
+    )
+
+
+def test_verdict_says_up_to_which_concurrency_speculation_pays() -> None:
+    levels = [1, 2, 4, 8]
+    speeds = {
+        "plain": [10.0, 18.0, 30.0, 40.0],
+        "ngram": [14.0, 20.0, 29.0, 35.0],
+        "draft": [8.0, 12.0, 20.0, 22.0],
+    }
+    cells = [
+        Cell("code", b, lv, _summary(v))
+        for b, vs in speeds.items()
+        for lv, v in zip(levels, vs, strict=True)
+    ]
+    lines = verdict(cells, "code", "plain", ["ngram", "draft"], levels, margin=0.05)
+    assert "Speculation pays up to 2 concurrent streams on this hardware (ngram)" in lines[0]
+    assert "- ngram: ×1.40 at 1, ×1.11 at 2, ×0.97 at 4, ×0.88 at 8 → pays up to 2" in lines[2]
+    assert lines[3].endswith("→ never pays")
