@@ -22,8 +22,8 @@ from loadtests.report import AUTO, Cell, SweepSetup, write_csv, write_markdown, 
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
-# Locust's own start-up and our idle wait, per cell, for the time estimate.
-_CELL_OVERHEAD_S = 2
+# Locust's own start-up and the idle check, per cell, for the time estimate.
+_CELL_OVERHEAD_S = 1.5
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def parse_options(argv: list[str] | None) -> SweepOptions:
     )
     p.add_argument("--tasks", type=_tasks, default=list(PROMPTS), help="task classes")
     p.add_argument(
-        "--seconds", type=int, default=10, help="per cell: how long new requests are issued"
+        "--seconds", type=int, default=8, help="per cell: how long new requests are issued"
     )
     p.add_argument(
         "--drain",
@@ -234,8 +234,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sweep: cannot read {opts.url}/v1/models: {exc}", file=sys.stderr)
         return 2
     plan = [(t, lv, b) for t in opts.tasks for lv in opts.levels for b in backends]
-    worst = len(plan) * (opts.seconds + opts.drain + _CELL_OVERHEAD_S) / 60
-    print(f"{len(plan)} cells ({', '.join(backends)}), at most about {worst:.0f} min", flush=True)
+    bound = len(plan) * (opts.seconds + opts.drain + _CELL_OVERHEAD_S) / 60
+    print(
+        f"{len(plan)} cells ({', '.join(backends)}): about {bound:.0f} min, plus what cut "
+        "requests take to leave the backends' queues",
+        flush=True,
+    )
+    started = time.monotonic()
     opts.out.mkdir(parents=True, exist_ok=True)
     cells: list[Cell] = []
     interrupted = False
@@ -254,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
         write_csv(opts.out / "results.csv", cells)
         write_markdown(opts.out / "report.md", cells, setup)
         write_plot(opts.out / "tokens_per_s.png", cells)
-        print(f"report: {opts.out / 'report.md'}, {opts.out / 'tokens_per_s.png'}")
+        took = (time.monotonic() - started) / 60
+        print(f"{took:.1f} min; report: {opts.out / 'report.md'}, {opts.out / 'tokens_per_s.png'}")
     if interrupted:
         return 130
     return 1 if any(c.summary.failures or not c.summary.requests for c in cells) else 0

@@ -55,14 +55,22 @@ async def serve(settings: Settings) -> None:
     """Run the proxy until SIGINT/SIGTERM, then stop backends in order."""
     specs = prepare_backends(settings)
     app = build_app(settings, specs)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=settings.shutdown_grace_s)
+    runner = web.AppRunner(
+        app,
+        access_log=None,
+        shutdown_timeout=settings.drain_timeout_s,
+        # A client that hangs up cancels its request, which closes the upstream connection and
+        # frees the llama-server slot instead of generating for nobody.
+        handler_cancellation=True,
+    )
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port)
     await site.start()
     port = runner.addresses[0][1] if runner.addresses else settings.port
-    if not _is_loopback(settings.host):
+    if not _is_loopback(settings.host) and not settings.accepted_keys():
         log.warning(
-            "listening beyond loopback: anyone who can reach this port can use your models",
+            "LISTENING BEYOND LOOPBACK WITHOUT API KEYS: anyone who can reach this port can use "
+            "your models; set SPECPROXY_API_KEYS='[\"<key>\"]' or api_keys_file",
             host=settings.host,
         )
     log.info("listening; backends loading", url=f"http://{settings.host}:{port}", see="/health")

@@ -9,7 +9,15 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -56,6 +64,9 @@ class BackendConfig(BaseModel):
     threads: int | None = Field(default=None, ge=1)
     ctx_size: int = Field(default=4096, ge=128)
     parallel: int = Field(default=1, ge=1, le=256)
+    max_concurrency: int | None = Field(
+        default=None, ge=1, description="requests sent at once (default: parallel)"
+    )
     extra_args: list[str] = Field(default_factory=list)
     url: str | None = Field(default=None, description="an already running llama-server")
 
@@ -137,8 +148,22 @@ class Settings(BaseSettings):
     health_interval_s: float = Field(default=2.0, gt=0)
     restart_backoff_initial_s: float = Field(default=0.5, gt=0)
     restart_backoff_max_s: float = Field(default=30.0, gt=0)
-    shutdown_grace_s: float = Field(default=5.0, ge=0)
+    shutdown_grace_s: float = Field(
+        default=5.0, ge=0, description="SIGTERM to SIGKILL delay for a stopping llama-server"
+    )
+    drain_timeout_s: float = Field(
+        default=30.0, ge=0, description="on SIGTERM, how long in-flight requests may finish"
+    )
     connect_timeout_s: float = Field(default=5.0, gt=0)
+    first_token_timeout_s: float = Field(
+        default=120.0, gt=0, description="streaming: longest wait for the first chunk"
+    )
+    idle_timeout_s: float = Field(
+        default=60.0, gt=0, description="streaming: longest gap between two chunks"
+    )
+    request_timeout_s: float = Field(
+        default=900.0, gt=0, description="non-streaming: longest wait for the whole answer"
+    )
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
 
     calibration_requests: int = Field(
@@ -155,9 +180,36 @@ class Settings(BaseSettings):
         default=None, description="where measurements persist (default: in cache_dir)"
     )
 
+    api_keys: list[SecretStr] = Field(
+        default_factory=list, description="accepted Bearer keys (env: JSON list)"
+    )
+    api_keys_file: Path | None = Field(
+        default=None, description="a file with one accepted key per line"
+    )
+    max_queue: int = Field(
+        default=8, ge=0, description="requests that may wait per backend once its slots are full"
+    )
+
     log_format: LogFormat = "auto"
     log_level: str = "info"
     log_prompts: bool = False
+
+    def accepted_keys(self) -> list[bytes]:
+        """Every configured API key, from the settings and the key file."""
+        keys = [k.get_secret_value() for k in self.api_keys]
+        if self.api_keys_file is not None:
+            try:
+                keys += self.api_keys_file.read_text().split()
+            except OSError as exc:
+                raise ConfigError(f"api_keys_file {self.api_keys_file}: {exc}") from exc
+        return [k.encode() for k in keys if k]
+
+    @field_validator("backend_host")
+    @classmethod
+    def _backends_on_loopback(cls, host: str) -> str:
+        if host not in ("127.0.0.1", "::1", "localhost"):
+            raise ValueError("backends must listen on loopback (127.0.0.1); the proxy is the door")
+        return host
 
     @model_validator(mode="after")
     def _unique_backend_names(self) -> Settings:

@@ -18,6 +18,7 @@ class Backend:
     in_flight: int = 0
     ready: bool = True
     draft_n_max: int = 3
+    saturated: bool = False
 
 
 def measure(

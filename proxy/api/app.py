@@ -10,6 +10,7 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
+from proxy.api.auth import api_key_middleware
 from proxy.api.errors import openai_errors
 from proxy.api.routes import add_routes
 from proxy.api.state import METRICS, POOL, ROUTER, SESSION, SETTINGS
@@ -30,7 +31,9 @@ log = get_logger("specproxy")
 
 def build_app(settings: Settings, specs: list[LaunchSpec]) -> web.Application:
     """An application that starts the backends on startup and stops them on cleanup."""
-    app = web.Application(middlewares=[openai_errors], client_max_size=settings.max_body_bytes)
+    keys = settings.accepted_keys()
+    middlewares = [openai_errors, *([api_key_middleware(keys)] if keys else [])]
+    app = web.Application(middlewares=middlewares, client_max_size=settings.max_body_bytes)
     app[SETTINGS] = settings
     scoreboard = Scoreboard()
     policy = RoutePolicy(scoreboard, explore_share=settings.explore_share)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Mapping
@@ -12,6 +13,15 @@ import aiohttp
 from aiohttp import web
 
 from proxy.api.errors import ApiError
+
+
+@dataclass(frozen=True)
+class RelayTimeouts:
+    """How long the relay waits on a backend before answering 504 and cancelling upstream."""
+
+    first_token_s: float
+    idle_s: float
+    whole_answer_s: float
 
 
 @dataclass
@@ -35,6 +45,15 @@ def _upstream_down(backend: str, exc: BaseException) -> ApiError:
     )
 
 
+def _timed_out(backend: str, what: str, seconds: float) -> ApiError:
+    return ApiError(
+        504,
+        f"backend {backend!r} {what} within {seconds:g} s; the request was cancelled. "
+        "Retry with fewer max_tokens or a shorter prompt, or raise the timeout in the config",
+        code="upstream_timeout",
+    )
+
+
 def _sse_error(message: str, code: str) -> bytes:
     payload = {"error": {"message": message, "type": "upstream_error", "code": code}}
     return b"data: " + json.dumps(payload).encode() + b"\n\n"
@@ -47,21 +66,32 @@ async def relay(
     url: str,
     body: dict[str, Any],
     headers: Mapping[str, str],
+    timeouts: RelayTimeouts,
 ) -> tuple[web.StreamResponse, Measurement]:
     """POST body to url and return the answer (SSE relayed chunk by chunk) with measurements."""
     measured = Measurement()
     start = time.monotonic()
+    stream = bool(body.get("stream"))
+    wait = timeouts.first_token_s if stream else timeouts.whole_answer_s
     try:
-        upstream = await session.post(url, json=body)
-    except (aiohttp.ClientError, TimeoutError) as exc:
+        async with asyncio.timeout(wait):
+            upstream = await session.post(url, json=body)
+    except TimeoutError:
+        raise _timed_out(backend, "sent nothing", wait) from None
+    except aiohttp.ClientError as exc:
         raise _upstream_down(backend, exc) from exc
     response: web.StreamResponse
     try:
         measured.status = upstream.status
-        if not body.get("stream") or upstream.status != 200:
-            response = await _relay_whole(upstream, headers, measured, backend)
+        if not stream or upstream.status != 200:
+            remaining = timeouts.whole_answer_s - (time.monotonic() - start)
+            response = await _relay_whole(
+                upstream, headers, measured, backend, remaining, timeouts.whole_answer_s
+            )
         else:
-            response = await _relay_stream(request, upstream, headers, measured, start, backend)
+            response = await _relay_stream(
+                request, upstream, headers, measured, start, backend, timeouts
+            )
     finally:
         measured.duration_s = time.monotonic() - start
         # close(), not release(): a half-read answer must drop the connection, which is what
@@ -75,10 +105,15 @@ async def _relay_whole(
     headers: Mapping[str, str],
     measured: Measurement,
     backend: str,
+    remaining_s: float,
+    limit_s: float,
 ) -> web.Response:
     try:
-        raw = await upstream.read()
-    except (aiohttp.ClientError, TimeoutError) as exc:
+        async with asyncio.timeout(remaining_s):
+            raw = await upstream.read()
+    except TimeoutError:
+        raise _timed_out(backend, "did not finish", limit_s) from None
+    except aiohttp.ClientError as exc:
         raise _upstream_down(backend, exc) from exc
     try:
         data = json.loads(raw)
@@ -105,6 +140,7 @@ async def _relay_stream(
     measured: Measurement,
     start: float,
     backend: str,
+    timeouts: RelayTimeouts,
 ) -> web.StreamResponse:
     response = web.StreamResponse(
         status=200,
@@ -119,21 +155,34 @@ async def _relay_stream(
     await response.prepare(request)
     pending = b""
     try:
-        async for chunk in upstream.content.iter_any():
-            if measured.ttft_s is None:
+        while True:
+            first = measured.ttft_s is None
+            wait = timeouts.first_token_s if first else timeouts.idle_s
+            try:
+                async with asyncio.timeout(wait):
+                    chunk = await upstream.content.readany()
+            except TimeoutError:
+                what = "sent no token" if first else "stalled between tokens"
+                measured.status, measured.error = 504, f"{what} for {wait:g} s"
+                await response.write(
+                    _sse_error(_timed_out(backend, what, wait).message, "upstream_timeout")
+                )
+                break
+            if not chunk:
+                break
+            if first:
                 measured.ttft_s = time.monotonic() - start
             await response.write(chunk)
             pending = _scan_events(pending + chunk, measured)
     except (ConnectionResetError, aiohttp.ClientConnectionResetError):
         measured.error = "client disconnected"
         return response
-    except (aiohttp.ClientError, TimeoutError) as exc:
+    except aiohttp.ClientError as exc:
         measured.error = f"{exc.__class__.__name__}: {exc}"
         measured.status = 502
+        message = f"backend {backend!r} failed mid-stream: {exc}"
         try:
-            await response.write(
-                _sse_error(f"backend {backend!r} failed mid-stream: {exc}", "upstream_error")
-            )
+            await response.write(_sse_error(message, "upstream_error"))
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):
             return response
     try:

@@ -11,9 +11,10 @@ from typing import Any
 from aiohttp import web
 
 from proxy.api.errors import ApiError
-from proxy.api.relay import relay
+from proxy.api.relay import RelayTimeouts, relay
 from proxy.api.state import METRICS, POOL, ROUTER, SESSION, SETTINGS
 from proxy.api.validation import Endpoint, validate_body
+from proxy.backends.supervisor import BackendSaturatedError
 from proxy.log import get_logger
 from proxy.metrics import CONTENT_TYPE, RequestRecord
 from proxy.routing.router import AUTO_MODEL, AUTO_TASK_MODELS, NoBackendError, UnknownModelError
@@ -61,7 +62,7 @@ async def _serve(
     """Validate, classify, choose, relay and log one completion, filling in `seen` as it goes."""
     body = validate_body(await _read_json(request), endpoint)
     app = request.app
-    router, pool = app[ROUTER], app[POOL]
+    router, pool, settings = app[ROUTER], app[POOL], app[SETTINGS]
     model = body.get("model") or AUTO_MODEL
     try:
         task = router.task_for(body, model, request.headers.get("X-Specproxy-Task"))
@@ -94,21 +95,32 @@ async def _serve(
         "X-Request-Id": request_id,
     }
     upstream_body = {**body, "model": backend.name}
-    supervisor.in_flight += 1
     try:
-        response, measured = await relay(
-            request,
-            app[SESSION],
-            backend.name,
-            supervisor.base_url + _PATHS[endpoint],
-            upstream_body,
-            headers,
-        )
-    except ApiError:
-        supervisor.mark_down()
+        async with supervisor.slot():
+            response, measured = await relay(
+                request,
+                app[SESSION],
+                backend.name,
+                supervisor.base_url + _PATHS[endpoint],
+                upstream_body,
+                headers,
+                RelayTimeouts(
+                    first_token_s=settings.first_token_timeout_s,
+                    idle_s=settings.idle_timeout_s,
+                    whole_answer_s=settings.request_timeout_s,
+                ),
+            )
+    except BackendSaturatedError as exc:
+        raise ApiError(
+            429,
+            f"{exc}; retry after a moment, or raise max_concurrency / max_queue in the config",
+            code="backend_saturated",
+            headers={"Retry-After": "1"},
+        ) from None
+    except ApiError as exc:
+        if exc.status == 502:
+            supervisor.mark_down()
         raise
-    finally:
-        supervisor.in_flight -= 1
     seen.measured, seen.status = measured, measured.status
     timings = measured.timings
     outcome = Outcome(

@@ -9,6 +9,7 @@ import os
 import signal
 import time
 from collections import deque
+from collections.abc import AsyncIterator
 from typing import Literal
 
 import aiohttp
@@ -30,6 +31,10 @@ def _die_with_parent() -> None:
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+class BackendSaturatedError(Exception):
+    """All of a backend's slots are busy and its queue is full."""
+
+
 class BackendSupervisor:
     """Owns one backend: starts it, knows whether it can serve, restarts it with backoff."""
 
@@ -39,7 +44,11 @@ class BackendSupervisor:
         self.settings = settings
         self.session = session
         self.state: BackendState = "starting"
+        self.limit = spec.config.max_concurrency or spec.config.parallel
+        self.max_queue = settings.max_queue
         self.in_flight = 0
+        self.queued = 0
+        self._slots = asyncio.Semaphore(self.limit)
         self.restarts = 0
         self.failed_health_checks = 0
         self.base_url = spec.url or ""
@@ -54,6 +63,31 @@ class BackendSupervisor:
     def ready(self) -> bool:
         """Whether requests may be sent to this backend now."""
         return self.state == "ready"
+
+    @property
+    def saturated(self) -> bool:
+        """Whether every slot is busy (a new request would wait in the queue)."""
+        return self.in_flight >= self.limit
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """Hold one concurrency slot, waiting in the bounded queue; raise when the queue is full."""
+        if self._slots.locked() and self.queued >= self.max_queue:
+            raise BackendSaturatedError(
+                f"backend {self.name!r} is at its limit of {self.limit} concurrent requests "
+                f"with {self.queued} queued"
+            )
+        self.queued += 1
+        try:
+            await self._slots.acquire()
+        finally:
+            self.queued -= 1
+        self.in_flight += 1
+        try:
+            yield
+        finally:
+            self.in_flight -= 1
+            self._slots.release()
 
     @property
     def spec_type(self) -> str | None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import aiohttp
 
-from proxy.backends.supervisor import BackendSupervisor
+from proxy.backends.supervisor import BackendSaturatedError, BackendSupervisor
 from proxy.log import get_logger
 from proxy.prompts import chat_body
 from proxy.routing.classifier import TASK_CLASSES
@@ -48,17 +48,17 @@ async def calibrate(
         for _ in range(requests):
             if not backend.ready:
                 break
-            backend.in_flight += 1
             try:
-                async with session.post(
-                    f"{backend.base_url}/v1/chat/completions", json=chat_body(task, max_tokens)
-                ) as resp:
+                async with (
+                    backend.slot(),
+                    session.post(
+                        f"{backend.base_url}/v1/chat/completions", json=chat_body(task, max_tokens)
+                    ) as resp,
+                ):
                     body = await resp.json() if resp.status == 200 else {}
-            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            except (aiohttp.ClientError, TimeoutError, ValueError, BackendSaturatedError) as exc:
                 log.warning("calibration request failed", backend=backend.name, error=str(exc))
                 continue
-            finally:
-                backend.in_flight -= 1
             timings = body.get("timings") or {}
             scoreboard.record(outcome_from_timings(backend.name, task, 1, timings))
             log.info(

@@ -27,6 +27,9 @@ class RoutableBackend(Protocol):
     @property
     def draft_n_max(self) -> int: ...
 
+    @property
+    def saturated(self) -> bool: ...
+
 
 @dataclass(frozen=True)
 class RouteChoice:
@@ -80,6 +83,8 @@ class RoutePolicy:
         ready = [b for b in backends if b.ready]
         if not ready:
             return None
+        # Saturated backends are skipped while another has a free slot; else all queue.
+        ready = [b for b in ready if not b.saturated] or ready
         levels = {b.name: load_level(b.in_flight + 1) for b in ready}
         if len(ready) == 1:
             return RouteChoice(ready[0].name, "only_healthy", levels[ready[0].name])

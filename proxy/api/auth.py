@@ -1,0 +1,37 @@
+"""Optional API keys: Bearer tokens compared in constant time, never logged."""
+
+from __future__ import annotations
+
+import hmac
+
+from aiohttp import web
+
+from proxy.api.errors import ApiError, Handler
+
+# Health and metrics stay open so load balancers and Prometheus need no secret.
+OPEN_PATHS = frozenset({"/health", "/metrics"})
+
+
+def api_key_middleware(keys: list[bytes]) -> web.middleware:  # type: ignore[valid-type]
+    """A middleware that answers 401 unless the request carries one of keys."""
+
+    @web.middleware
+    async def require_api_key(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in OPEN_PATHS:
+            return await handler(request)
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        offered = token.strip().encode()
+        # Compare against every key so timing does not reveal which one nearly matched.
+        matched = False
+        for key in keys:
+            matched |= hmac.compare_digest(offered, key)
+        if scheme.lower() != "bearer" or not matched:
+            raise ApiError(
+                401,
+                "missing or invalid API key; send the header `Authorization: Bearer <key>` "
+                "(OpenAI clients: api_key=...)",
+                code="invalid_api_key",
+            )
+        return await handler(request)
+
+    return require_api_key
