@@ -160,6 +160,8 @@ def _read_stream(resp: requests.Response, sample: Sample, t0: float) -> tuple[di
             if (choices[0].get("delta") or {}).get("content"):
                 if sample.ttft_s is None:
                     sample.ttft_s = time.perf_counter() - t0
+                # One token per chunk; only a cut request keeps this count, the others take
+                # predicted_n from the timings.
                 sample.tokens += 1
     if not done:
         raise _Failed("the stream ended without [DONE]")
@@ -174,12 +176,12 @@ class _ChatUser(User):
     wait_time = constant(0)
 
     def on_start(self) -> None:
-        """Read the options, open a connection pool and pick a prompt sequence."""
+        """Open a connection pool, read the options and pick a prompt sequence."""
+        self.http = requests.Session()
         if not self.host:
             raise StopUser("set --host to the proxy's URL")
         self.url = f"{self.host.rstrip('/')}/v1/chat/completions"
         self.options = LoadOptions.of(self.environment)
-        self.http = requests.Session()
         self.prompts = _prompts(self.options.task, next(_USER_IDS))
 
     def on_stop(self) -> None:

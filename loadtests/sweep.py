@@ -38,6 +38,7 @@ class SweepOptions:
     seconds: int
     drain: int
     requests_per_user: int
+    idle_timeout: float
     max_tokens: int
     temperature: float
     stream: bool
@@ -96,6 +97,12 @@ def parse_options(argv: list[str] | None) -> SweepOptions:
         default=0,
         help="per cell: stop issuing after this many requests per user (0: only --seconds)",
     )
+    p.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=300,
+        help="before each cell, wait this long for the backends to go idle (0: do not wait)",
+    )
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument(
@@ -123,6 +130,7 @@ def parse_options(argv: list[str] | None) -> SweepOptions:
         seconds=a.seconds,
         drain=a.drain,
         requests_per_user=a.requests_per_user,
+        idle_timeout=a.idle_timeout,
         max_tokens=a.max_tokens,
         temperature=a.temperature,
         stream=a.stream,
@@ -148,14 +156,15 @@ def _health(url: str) -> dict[str, Any]:
     return backends if isinstance(backends, dict) else {}
 
 
-def _wait_idle(url: str, timeout: float = 60) -> None:
-    """Let the previous cell's cut requests drain, so cells do not overlap."""
+def _wait_idle(url: str, timeout: float) -> bool:
+    """Wait until no backend has requests in flight (start-up calibration, cut requests)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         backends = _health(url).values()
-        if all(b.get("in_flight", 0) == 0 and b.get("state") == "ready" for b in backends):
-            return
+        if not any(b.get("in_flight", 0) or b.get("queued", 0) for b in backends):
+            return True
         time.sleep(0.5)
+    return timeout <= 0
 
 
 def run_cell(opts: SweepOptions, task: str, backend: str, level: int) -> RunSummary:
@@ -246,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     interrupted = False
     try:
         for i, (task, level, backend) in enumerate(plan, 1):
-            _wait_idle(opts.url)
+            if not _wait_idle(opts.url, opts.idle_timeout):
+                print(f"backends still busy after {opts.idle_timeout:.0f} s; measuring anyway")
             cell = Cell(task, backend, level, run_cell(opts, task, backend, level))
             cells.append(cell)
             print(f"[{i}/{len(plan)}] {_line(cell)}", flush=True)

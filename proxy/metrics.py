@@ -7,21 +7,20 @@ import math
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import get_args
 
 import aiohttp
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.metrics_core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    Metric,
-)
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from proxy.api.relay import Measurement
+from proxy.api.validation import Endpoint
 from proxy.backends.supervisor import BackendSupervisor
 from proxy.log import get_logger
 from proxy.routing.classifier import TASK_CLASSES
+from proxy.routing.policy import RouteReason
 from proxy.routing.scoreboard import Scoreboard
 
 # The classic text format: what Prometheus 2.x negotiates and every scraper reads.
@@ -121,18 +120,26 @@ class ProxyMetrics:
             per_backend,
             registry=r,
         )
-        # Series that exist from the start: rate() then counts a label set's first request, and
-        # dashboards show 0 rather than "no data" for a backend that has not served a task yet.
+        # Every series a successful request touches exists from the start: rate() then counts a
+        # label set's first request too, and dashboards show 0 rather than "no data".
         for name, spec in self._spec_types.items():
             for task in TASK_CLASSES:
-                for counter in (
+                labels = (name, spec, task)
+                for metric in (
+                    self.explorations,
+                    self.tokens_per_s,
+                    self.ttft,
+                    self.duration,
                     self.generated,
                     self.prompt,
                     self.drafted,
                     self.accepted,
-                    self.explorations,
                 ):
-                    counter.labels(name, spec, task)
+                    metric.labels(*labels)
+                for reason in get_args(RouteReason):
+                    self.route_decisions.labels(*labels, reason)
+                for endpoint in get_args(Endpoint):
+                    self.requests.labels(endpoint, *labels, "200")
 
     def observe(self, record: RequestRecord) -> None:
         """Count one finished request; called exactly once per request, errors included."""
@@ -165,11 +172,11 @@ class ProxyMetrics:
         self, backends: Iterable[BackendSupervisor], session: aiohttp.ClientSession
     ) -> bytes:
         """The exposition text: this registry, the supervisors' state and each backend's own."""
-        backends = list(backends)
-        ready = [b for b in backends if b.ready]
+        every = list(backends)
+        ready = [b for b in every if b.ready]
         upstream = await asyncio.gather(*(_scrape_backend(b, session) for b in ready))
         fetched = {b.name: families for b, families in zip(ready, upstream, strict=True)}
-        return generate_latest(_Scrape(self.registry, _BackendCollector(backends, fetched)))
+        return generate_latest(_Scrape(self.registry, _BackendCollector(every, fetched)))
 
 
 def _count(timings: Mapping[str, object], key: str) -> int:

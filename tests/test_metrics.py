@@ -28,10 +28,11 @@ GRAFANA = DEPLOY / "grafana"
 DASHBOARD = GRAFANA / "dashboards" / "specproxy.json"
 BACKENDS = ("plain", "draft", "ngram")
 TASKS = ("code", "prose", "echo")
-# Repetitive output: the n-gram backend drafts on it too, so every draft counter moves.
 REPEAT: list[ChatCompletionMessageParam] = [
     {"role": "user", "content": "Write the word 'hello' twenty times separated by spaces."}
 ]
+# A pattern even a 135M model continues verbatim, so the n-gram backend drafts on it too.
+PATTERN = "1, 2, 3, " * 12
 DOCUMENTED = {
     "specproxy_requests",
     "specproxy_route_decisions",
@@ -240,7 +241,14 @@ def traffic(proxy: RunningProxy, prometheus: RunningPrometheus, client: openai.O
             stream_options={"include_usage": True},
         )
         assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
-        sent += 2
+        client.completions.create(
+            model=backend,
+            prompt=PATTERN,
+            max_tokens=48,
+            temperature=0,
+            extra_body={"ignore_eos": True},
+        )
+        sent += 3
     for task in TASKS:
         client.chat.completions.create(
             model=f"auto-{task}", messages=REPEAT, max_tokens=24, temperature=0

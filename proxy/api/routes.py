@@ -189,6 +189,8 @@ async def health(request: web.Request) -> web.Response:
             "pid": b.pid,
             "restarts": b.restarts,
             "in_flight": b.in_flight,
+            "queued": b.queued,
+            "limit": b.limit,
         }
         for b in pool
     }

@@ -38,6 +38,9 @@ def validate_body(body: Any, endpoint: Endpoint) -> dict[str, Any]:
             raise _bad(f"`{key}` must be an integer", key)
         if not 1 <= value <= MAX_TOKENS_LIMIT:
             raise _bad(f"`{key}` must be between 1 and {MAX_TOKENS_LIMIT}, got {value}", key)
+    n = body.get("n")
+    if n is not None and n != 1:
+        raise _bad("`n` must be 1: llama-server returns one choice per request", "n", "unsupported")
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise _bad("`stream` must be true or false", "stream")
