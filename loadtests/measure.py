@@ -48,6 +48,7 @@ class RunSummary:
     ttft_p50_s: float | None
     acceptance: float | None
     backends: dict[str, int] = field(default_factory=dict)
+    first_error: str | None = None
 
 
 def write_samples(path: Path, samples: list[Sample]) -> None:
@@ -84,4 +85,5 @@ def summarise(samples: list[Sample]) -> RunSummary:
         ttft_p50_s=statistics.median(ttfts) if ttfts else None,
         acceptance=sum(s.draft_n_accepted for s in ok) / drafted if drafted else None,
         backends=dict(Counter(s.backend for s in samples if s.backend).most_common()),
+        first_error=next((s.error for s in finished if s.error), None),
     )

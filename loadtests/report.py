@@ -229,7 +229,8 @@ def write_markdown(path: Path, cells: Sequence[Cell], setup: SweepSetup) -> None
         out += ["", "## Failures", ""]
         out += [
             f"- {c.task} / {c.backend} / ×{c.concurrency}: {c.summary.failures} failed of "
-            f"{c.summary.requests} (see cells/{c.task}-{c.backend}-c{c.concurrency}.log)"
+            f"{c.summary.requests}, first: `{c.summary.first_error}` "
+            f"(see cells/{c.task}-{c.backend}-c{c.concurrency}.log)"
             for c in failed
         ]
     path.write_text("\n".join(out) + "\n")

@@ -260,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
             cell = Cell(task, backend, level, run_cell(opts, task, backend, level))
             cells.append(cell)
             print(f"[{i}/{len(plan)}] {_line(cell)}", flush=True)
+            if cell.summary.first_error:
+                print(f"    first failure: {cell.summary.first_error}", flush=True)
             # Rewritten after every cell, so an interrupted sweep keeps what it measured.
             write_csv(opts.out / "results.csv", cells)
     except KeyboardInterrupt:

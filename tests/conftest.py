@@ -108,7 +108,8 @@ def start_proxy(config: Path, log_path: Path, **env: str) -> RunningProxy:
 def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProxy]:
     """The proxy on the test config (SmolLM2 plain, self-drafting and n-gram), ready."""
     log_path = tmp_path_factory.mktemp("proxy") / "proxy.log"
-    running = start_proxy(TEST_CONFIG, log_path)
+    # No calibration: shared-proxy tests see only their own traffic on the backends.
+    running = start_proxy(TEST_CONFIG, log_path, SPECPROXY_CALIBRATION_REQUESTS="0")
     try:
         running.wait_ready()
         yield running

@@ -1,0 +1,107 @@
+"""Hypothesis fuzzes the running proxy's API: no 5xx, the proxy stays up, no slot stays busy."""
+
+from __future__ import annotations
+
+import http.client
+import json
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import RunningProxy, get_json
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+content = st.one_of(
+    st.text(max_size=40),
+    st.none(),
+    st.integers(),
+    st.lists(
+        st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=20)}), max_size=2
+    ),
+    json_values,
+)
+message = st.fixed_dictionaries(
+    {},
+    optional={
+        "role": st.sampled_from(["user", "system", "assistant", "tool", "robot", "", 3]),
+        "content": content,
+        "name": st.text(max_size=8),
+    },
+)
+# Near-valid bodies reach the backends, so they must stay tiny: max_tokens at most 2.
+chat_body = st.fixed_dictionaries(
+    {"max_tokens": st.one_of(st.integers(-3, 2), st.sampled_from([0, 10**9, "2", None, 2.5]))},
+    optional={
+        "model": st.sampled_from(
+            ["auto", "auto-code", "plain", "draft", "ngram", "gpt-4", "", 7, None]
+        ),
+        "messages": st.one_of(st.lists(message, max_size=3), json_values),
+        "stream": st.one_of(st.booleans(), st.just("true"), st.none()),
+        "temperature": st.one_of(st.floats(-1, 3), st.text(max_size=3), st.none()),
+        "stream_options": st.one_of(st.just({"include_usage": True}), json_values),
+        "n": st.sampled_from([1, 2, None]),
+        "top_p": st.one_of(st.floats(0, 1), st.none()),
+        "stop": st.one_of(st.text(max_size=5), st.lists(st.text(max_size=5), max_size=2)),
+    },
+)
+completion_body = st.fixed_dictionaries(
+    {"max_tokens": st.integers(1, 2)},
+    optional={
+        "prompt": st.one_of(st.text(max_size=30), json_values),
+        "model": st.sampled_from(["auto", "plain", 5]),
+    },
+)
+
+
+def post(proxy: RunningProxy, path: str, data: bytes) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=60)
+    try:
+        conn.request("POST", path, data, {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        body = resp.read()
+        if resp.status >= 400:
+            assert "error" in json.loads(body), body[:200]
+        return resp.status
+    finally:
+        conn.close()
+
+
+def assert_idle(proxy: RunningProxy) -> None:
+    status, health = get_json(f"{proxy.url}/health")
+    assert status == 200 and health["status"] == "ok"
+    for backend in health["backends"].values():  # type: ignore[union-attr]
+        assert backend["in_flight"] == 0
+        _, slots = get_json(f"{backend['url']}/slots")
+        assert not any(s["is_processing"] for s in slots)  # type: ignore[union-attr]
+
+
+FUZZ = settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+@FUZZ
+@given(body=chat_body)
+def test_fuzzed_chat_bodies_never_5xx(proxy: RunningProxy, body: dict[str, Any]) -> None:
+    assert post(proxy, "/v1/chat/completions", json.dumps(body).encode()) < 500
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
+@given(raw=st.one_of(st.binary(max_size=200), json_values.map(lambda v: json.dumps(v).encode())))
+def test_fuzzed_raw_bytes_never_5xx(proxy: RunningProxy, raw: bytes) -> None:
+    assert post(proxy, "/v1/chat/completions", raw) < 500
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(body=completion_body)
+def test_fuzzed_completion_bodies_never_5xx(proxy: RunningProxy, body: dict[str, Any]) -> None:
+    assert post(proxy, "/v1/completions", json.dumps(body).encode()) < 500
+
+
+def test_after_fuzzing_the_proxy_is_up_and_no_backend_is_busy(proxy: RunningProxy) -> None:
+    assert_idle(proxy)

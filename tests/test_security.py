@@ -1,0 +1,118 @@
+"""API keys, safe binding defaults and graceful shutdown, on a real proxy."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.conftest import RunningProxy, get_json, start_proxy
+
+SOLO = """
+backends:
+  - {name: solo, kind: plain, model: smollm2-135m, threads: 1, ctx_size: 1024}
+"""
+KEY = "sk-test-4f0c2b"
+HI = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    path = tmp_path / "solo.yaml"
+    path.write_text(SOLO)
+    return path
+
+
+@pytest.fixture
+def keyed(config: Path, tmp_path: Path) -> Iterator[RunningProxy]:
+    keyfile = tmp_path / "keys"
+    keyfile.write_text("sk-other\n" + KEY + "\n")
+    running = start_proxy(
+        config, tmp_path / "proxy.log", SPECPROXY_API_KEYS_FILE=str(keyfile),
+        SPECPROXY_CALIBRATION_REQUESTS="0",
+    )  # fmt: skip
+    running.wait_ready()
+    yield running
+    running.stop()
+
+
+def test_requests_without_the_key_get_401(keyed: RunningProxy) -> None:
+    for key in ("", "sk-wrong", KEY[:-1]):
+        client = openai.OpenAI(base_url=f"{keyed.url}/v1", api_key=key or "none", max_retries=0)
+        with pytest.raises(openai.AuthenticationError) as exc:
+            client.chat.completions.create(model="solo", messages=HI, max_tokens=2)
+        assert exc.value.code == "invalid_api_key"  # type: ignore[attr-defined]
+        with pytest.raises(openai.AuthenticationError):
+            client.models.list()
+
+
+def test_the_key_works_and_is_never_logged(keyed: RunningProxy) -> None:
+    client = openai.OpenAI(base_url=f"{keyed.url}/v1", api_key=KEY, max_retries=0)
+    reply = client.chat.completions.create(model="solo", messages=HI, max_tokens=2)
+    assert reply.choices
+    assert get_json(f"{keyed.url}/health")[0] == 200, "health stays open for load balancers"
+    assert KEY not in keyed.log_path.read_text()
+
+
+def test_prompts_are_not_logged_by_default(keyed: RunningProxy) -> None:
+    secret = "my bank password is hunter2"
+    client = openai.OpenAI(base_url=f"{keyed.url}/v1", api_key=KEY, max_retries=0)
+    client.chat.completions.create(
+        model="solo", messages=[{"role": "user", "content": secret}], max_tokens=2
+    )
+    log = keyed.log_path.read_text()
+    assert '"event": "request"' in log and secret not in log
+
+
+def test_default_bind_is_loopback_and_wide_bind_without_keys_warns(
+    config: Path, tmp_path: Path
+) -> None:
+    wide = start_proxy(config, tmp_path / "wide.log", SPECPROXY_HOST="0.0.0.0")
+    try:
+        wide.wait_ready()
+        log = wide.log_path.read_text()
+        assert "LISTENING BEYOND LOOPBACK WITHOUT API KEYS" in log
+        # Backends stay on loopback whatever the proxy binds.
+        backend = wide.health()["backends"]["solo"]  # type: ignore[index]
+        assert str(backend["url"]).startswith("http://127.0.0.1:")  # type: ignore[index]
+    finally:
+        wide.stop()
+
+
+def test_sigterm_drains_a_running_stream_then_stops_backends(config: Path, tmp_path: Path) -> None:
+    proxy = start_proxy(config, tmp_path / "proxy.log", SPECPROXY_CALIBRATION_REQUESTS="0")
+    proxy.wait_ready()
+    pid = proxy.backend_pids()["solo"]
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="x", max_retries=0, timeout=60)
+    pieces: list[str] = []
+    finish: list[str | None] = []
+
+    def consume() -> None:
+        stream = client.chat.completions.create(
+            model="solo", messages=[{"role": "user", "content": "Count to 300."}],
+            max_tokens=300, stream=True,
+        )  # fmt: skip
+        for chunk in stream:
+            if chunk.choices:
+                pieces.append(chunk.choices[0].delta.content or "")
+                finish.append(chunk.choices[0].finish_reason)
+
+    reader = threading.Thread(target=consume)
+    reader.start()
+    while len(pieces) < 3:
+        time.sleep(0.01)
+    proxy.process.send_signal(signal.SIGTERM)
+    reader.join(60)
+    assert finish[-1] in ("length", "stop"), "the in-flight stream finished normally"
+    assert proxy.process.wait(60) == 0
+    assert (
+        not Path(f"/proc/{pid}").exists() or "State:\tZ" in Path(f"/proc/{pid}/status").read_text()
+    )
+    lines = [json.loads(x) for x in proxy.log_path.read_text().splitlines() if x.startswith("{")]
+    assert any(x.get("event") == "shutting down" for x in lines)
