@@ -63,6 +63,13 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         help="stop after issuing this many requests in all; 0 runs until --run-time",
     )
     parser.add_argument(
+        "--api-key",
+        default="",
+        env_var="LOCUST_API_KEY",
+        is_secret=True,
+        help="sent as a Bearer token, for a proxy configured with api_keys",
+    )
+    parser.add_argument(
         "--results-file",
         default="",
         env_var="LOCUST_RESULTS_FILE",
@@ -83,6 +90,7 @@ class LoadOptions:
     temperature: float
     stream: bool
     requests: int
+    api_key: str
     results_file: Path | None
 
     @classmethod
@@ -97,6 +105,7 @@ class LoadOptions:
             temperature=opts.temperature,
             stream=opts.stream == "true",
             requests=opts.requests,
+            api_key=opts.api_key,
             results_file=Path(opts.results_file) if opts.results_file else None,
         )
 
@@ -182,6 +191,8 @@ class _ChatUser(User):
             raise StopUser("set --host to the proxy's URL")
         self.url = f"{self.host.rstrip('/')}/v1/chat/completions"
         self.options = LoadOptions.of(self.environment)
+        if self.options.api_key:
+            self.http.headers["Authorization"] = f"Bearer {self.options.api_key}"
         self.prompts = _prompts(self.options.task, next(_USER_IDS))
 
     def on_stop(self) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -44,6 +45,7 @@ class SweepOptions:
     stream: bool
     baseline: str | None
     margin: float
+    api_key: str | None
 
 
 def _csv_list(text: str) -> list[str]:
@@ -120,6 +122,11 @@ def parse_options(argv: list[str] | None) -> SweepOptions:
         default=0.05,
         help="speculation pays when at least this much faster in aggregate (0.05 = 5%%)",
     )
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("LOCUST_API_KEY"),
+        help="for a proxy with api_keys (default: env LOCUST_API_KEY)",
+    )
     a = p.parse_args(argv)
     return SweepOptions(
         url=a.url.rstrip("/"),
@@ -136,11 +143,13 @@ def parse_options(argv: list[str] | None) -> SweepOptions:
         stream=a.stream,
         baseline=a.baseline,
         margin=a.margin,
+        api_key=a.api_key,
     )
 
 
-def _get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as resp:
+def _get_json(url: str, api_key: str | None = None) -> Any:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as resp:
         return json.load(resp)
 
 
@@ -184,16 +193,22 @@ def run_cell(opts: SweepOptions, task: str, backend: str, level: int) -> RunSumm
         "--temperature", str(opts.temperature), "--stream", "true" if opts.stream else "false",
         "--requests", str(opts.requests_per_user * level), "--results-file", str(results),
     ]  # fmt: skip
+    # The key travels in the environment, not on a command line others can read.
+    env = {**os.environ, "LOCUST_API_KEY": opts.api_key or ""}
     with (cells / f"{name}.log").open("w") as log:
-        # cwd: locust puts it on sys.path, which is how the locustfile finds `loadtests`.
-        subprocess.run(
-            command,
-            cwd=ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            timeout=opts.seconds + opts.drain + 120,
-            check=False,
-        )
+        try:
+            # cwd: locust puts it on sys.path, which is how the locustfile finds `loadtests`.
+            subprocess.run(
+                command,
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=opts.seconds + opts.drain + 120,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            print(f"locust did not stop; see {log.name}", file=log)
     return summarise(read_samples(results))
 
 
@@ -204,7 +219,7 @@ def _discover(opts: SweepOptions) -> tuple[list[str], dict[str, str], str | None
     if opts.backends is not None:
         backends = opts.backends
     else:
-        ids = [m["id"] for m in _get_json(f"{opts.url}/v1/models")["data"]]
+        ids = [m["id"] for m in _get_json(f"{opts.url}/v1/models", opts.api_key)["data"]]
         backends = [i for i in ids if i != AUTO and not i.startswith(f"{AUTO}-")] + [AUTO]
     # Auto goes last at each level, so the router has just measured every backend there.
     backends = sorted(backends, key=lambda b: b == AUTO)

@@ -274,6 +274,19 @@ class _BackendCollector:
             "Requests the proxy has open on the backend",
             labels=labels,
         )
+        limit = GaugeMetricFamily(
+            "specproxy_backend_concurrency_limit",
+            "Requests the proxy sends the backend at once; more wait in its queue",
+            labels=labels,
+        )
+        queued = GaugeMetricFamily(
+            "specproxy_backend_queued_requests",
+            "Requests waiting for a free slot (beyond max_queue they get 429)",
+            labels=labels,
+        )
+        queue_limit = GaugeMetricFamily(
+            "specproxy_backend_queue_limit", "Longest allowed queue (max_queue)", labels=labels
+        )
         restarts = CounterMetricFamily(
             "specproxy_backend_restarts",
             "Times the supervisor restarted the backend's llama-server",
@@ -293,10 +306,13 @@ class _BackendCollector:
             key = [b.name, b.spec_type or "none"]
             up.add_metric(key, 1 if b.ready else 0)
             in_flight.add_metric(key, b.in_flight)
+            limit.add_metric(key, b.limit)
+            queued.add_metric(key, b.queued)
+            queue_limit.add_metric(key, b.max_queue)
             restarts.add_metric(key, b.restarts)
             failed.add_metric(key, b.failed_health_checks)
             scraped.add_metric([b.name], 0 if self.fetched.get(b.name) is None else 1)
-        yield from (up, in_flight, restarts, failed, scraped)
+        yield from (up, in_flight, limit, queued, queue_limit, restarts, failed, scraped)
         # Every backend exposes the same families: merge them so each name appears once.
         merged: dict[str, Metric] = {}
         for families in self.fetched.values():
