@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import openai
 import pytest
 
-from tests.conftest import ROOT, RunningProxy, start_proxy
+from tests.conftest import ROOT, RunningProxy, get_json, start_proxy
 
 PROMPT = [{"role": "user", "content": "Tell me a long story."}]
 
@@ -17,7 +18,9 @@ PROMPT = [{"role": "user", "content": "Tell me a long story."}]
 @pytest.fixture(scope="module")
 def mtp_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProxy]:
     log = tmp_path_factory.mktemp("mtp") / "proxy.log"
-    running = start_proxy(ROOT / "tests" / "configs" / "mtp.yaml", log)
+    running = start_proxy(
+        ROOT / "tests" / "configs" / "mtp.yaml", log, SPECPROXY_CALIBRATION_REQUESTS="0"
+    )
     try:
         running.wait_ready()
         yield running
@@ -63,3 +66,24 @@ def test_a_noisy_mtp_head_is_accepted_less(mtp_proxy: RunningProxy) -> None:
 
 def test_plain_backend_on_the_same_model_does_not_draft(mtp_proxy: RunningProxy) -> None:
     assert "draft_n" not in _timings(mtp_proxy, "tiny-plain")
+
+
+def _metric(text: str, name: str, backend: str) -> float:
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name + "{") and f'backend="{backend}"' in line
+    )
+
+
+def test_mtp_drafts_reach_the_scoreboard_and_metrics(mtp_proxy: RunningProxy) -> None:
+    _timings(mtp_proxy, "mtp")
+    rows = get_json(f"{mtp_proxy.url}/scoreboard")[1]["estimates"]
+    mtp_rows = [r for r in rows if r["backend"] == "mtp"]  # type: ignore[union-attr]
+    assert mtp_rows and all(r["acceptance"] > 0.9 for r in mtp_rows)
+    with urllib.request.urlopen(f"{mtp_proxy.url}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    drafted = _metric(text, "specproxy_draft_tokens_total", "mtp")
+    accepted = _metric(text, "specproxy_draft_tokens_accepted_total", "mtp")
+    assert drafted > 0 and accepted / drafted > 0.9
+    assert _metric(text, "llamacpp_spec_decode_num_draft_tokens_total", "mtp") == drafted
