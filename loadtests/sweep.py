@@ -177,7 +177,7 @@ def _wait_idle(url: str, timeout: float) -> bool:
 
 
 def run_cell(opts: SweepOptions, task: str, backend: str, level: int) -> RunSummary:
-    """One headless locust run; its stats CSV, log and samples land in <out>/cells/."""
+    """One headless locust run; its stats, log and samples land in <out>/cells/."""
     cells = opts.out / "cells"
     cells.mkdir(parents=True, exist_ok=True)
     name = f"{task}-{backend}-c{level}"
@@ -187,7 +187,8 @@ def run_cell(opts: SweepOptions, task: str, backend: str, level: int) -> RunSumm
         sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary",
         "--host", opts.url, "-u", str(level), "-r", str(level),
         "--run-time", f"{opts.seconds}s", "--stop-timeout", str(opts.drain),
-        "--csv", str(cells / name), "--exit-code-on-error", "0",
+        # The JSON stats are written at exit; locust's --csv files lag up to a second behind.
+        "--json-file", str(cells / f"{name}_stats"), "--exit-code-on-error", "0",
         "SingleStreamUser" if level == 1 else "BatchedUser",
         "--model", backend, "--task", task, "--max-tokens", str(opts.max_tokens),
         "--temperature", str(opts.temperature), "--stream", "true" if opts.stream else "false",

@@ -107,6 +107,7 @@ def run_mode(
         per_task[task][0] += timings["predicted_n"]
         per_task[task][1] += timings["predicted_ms"] / 1000
         chosen[f"{task}->{raw.headers['x-specproxy-backend']}"] += 1
+        chosen[f"route:{raw.headers['x-specproxy-route']}"] += 1
     return {"per_task": dict(per_task), "chosen": chosen}
 
 
@@ -161,6 +162,17 @@ def main() -> None:
     )  # type: ignore[index]
     print(f"| oracle | {oracle_cells} | {oracle:.1f} | 100.0% |")
     print(f"\nauto's choices: {dict(results['auto']['chosen'])}")
+    # What exploring costs: the share of auto requests sent elsewhere, times how much slower
+    # the other backends are than the best one for that class (measured above, same run).
+    share = float(os.environ.get("SPECPROXY_EXPLORE_SHARE", "0.05"))
+    losses = [
+        1 - tps(results[b]["per_task"][t]) / tps(results[best[t]]["per_task"][t])  # type: ignore[index]
+        for t in tasks
+        for b in backends
+        if b != best[t]
+    ]
+    cost = share * sum(losses) / len(losses) if losses else 0.0
+    print(f"exploration: share {share:.0%}, expected cost {cost:.1%} of auto's tokens/s")
     beats = all(total("auto") > total(b) for b in backends)
     print(f"auto = {total('auto') / oracle:.1%} of the oracle; above every pinned backend: {beats}")
 

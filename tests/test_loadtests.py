@@ -54,8 +54,10 @@ def test_sweep_smoke_run_writes_csv_markdown_and_plot(proxy: RunningProxy, tmp_p
     report = (out / "report.md").read_text()
     assert "## code" in report and "| plain |" in report and "- auto at 2: chose " in report
     assert (out / "tokens_per_s.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
-    stats = (out / "cells" / "code-plain-c1_stats.csv").read_text()
-    assert "chat:code" in stats and "tps:code:plain" in stats and "ttft:code:plain" in stats
+    stats = json.loads((out / "cells" / "code-plain-c1_stats.json").read_text())
+    rows = {(r["method"], r["name"]): r["num_requests"] for r in stats}
+    assert rows[("POST", "chat:code")] == 2
+    assert rows[("METRIC", "tps:code:plain")] == rows[("METRIC", "ttft:code:plain")] == 2
 
 
 def test_locustfile_without_streaming_configured_by_environment(
@@ -73,7 +75,12 @@ def test_locustfile_without_streaming_configured_by_environment(
     }
     command = [*LOCUST, "-u", "1", "-r", "1", "-t", "300s", "--host", proxy.url]
     run = subprocess.run(
-        [*command, "SingleStreamUser"], cwd=ROOT, env=env, capture_output=True, text=True
+        [*command, "SingleStreamUser"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert run.returncode == 0, run.stdout + run.stderr
     samples = [json.loads(line) for line in results.read_text().splitlines()]
