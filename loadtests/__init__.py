@@ -1,0 +1,1 @@
+"""Locust load tests for specproxy: scenarios, a concurrency sweep and its report."""

@@ -185,3 +185,12 @@ def test_malformed_json_and_bad_utf8(proxy: RunningProxy) -> None:
 def test_unknown_path_is_404_in_openai_format(proxy: RunningProxy) -> None:
     status, body = get_json(f"{proxy.url}/v1/engines")
     assert status == 404 and "error" in body
+
+
+def test_back_to_back_streams_all_succeed(client: openai.OpenAI) -> None:
+    # llama-server may close a connection right after a stream; the proxy must not reuse it.
+    for _ in range(40):
+        stream = client.chat.completions.create(
+            model="plain", messages=HELLO, max_tokens=4, temperature=0, stream=True
+        )
+        assert [c for c in stream if c.choices]

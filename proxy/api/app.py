@@ -43,7 +43,10 @@ def build_app(settings: Settings, specs: list[LaunchSpec]) -> web.Application:
     async def backends_ctx(app: web.Application) -> AsyncIterator[None]:
         timeout = aiohttp.ClientTimeout(total=None, connect=settings.connect_timeout_s)
         # No per-host limit: concurrency is the backends' business, not the connection pool's.
-        connector = aiohttp.TCPConnector(limit=0)
+        # No keep-alive: llama-server may close a connection right after a streamed answer,
+        # and a pooled, half-closed connection would fail the next request with a 502. A new
+        # loopback connection per request costs well under a millisecond.
+        connector = aiohttp.TCPConnector(limit=0, force_close=True)
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
             app[SESSION] = session
             app[POOL] = BackendPool(specs, settings, session)
