@@ -123,16 +123,7 @@ async def _serve(
         raise
     seen.measured, seen.status = measured, measured.status
     timings = measured.timings
-    outcome = Outcome(
-        backend=backend.name,
-        task=task,
-        level=choice.level,
-        tokens_per_s=timings.get("predicted_per_second"),
-        ttft_s=measured.ttft_s,
-        predicted_n=int(timings.get("predicted_n", 0)),
-        draft_n=int(timings.get("draft_n", 0)),
-        draft_n_accepted=int(timings.get("draft_n_accepted", 0)),
-    )
+    outcome = Outcome.from_timings(backend.name, task, choice.level, timings, measured.ttft_s)
     if measured.status == 200 and measured.error is None:
         router.record(outcome)
     log.info(

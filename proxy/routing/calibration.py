@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import aiohttp
 
@@ -14,20 +13,6 @@ from proxy.routing.classifier import TASK_CLASSES
 from proxy.routing.scoreboard import Outcome, Scoreboard
 
 log = get_logger("calibration")
-
-
-def outcome_from_timings(backend: str, task: str, level: int, timings: dict[str, Any]) -> Outcome:
-    """A scoreboard sample from llama.cpp's `timings` object."""
-    return Outcome(
-        backend=backend,
-        task=task,
-        level=level,
-        tokens_per_s=timings.get("predicted_per_second"),
-        ttft_s=None,
-        predicted_n=int(timings.get("predicted_n", 0)),
-        draft_n=int(timings.get("draft_n", 0)),
-        draft_n_accepted=int(timings.get("draft_n_accepted", 0)),
-    )
 
 
 async def calibrate(
@@ -60,7 +45,7 @@ async def calibrate(
                 log.warning("calibration request failed", backend=backend.name, error=str(exc))
                 continue
             timings = body.get("timings") or {}
-            scoreboard.record(outcome_from_timings(backend.name, task, 1, timings))
+            scoreboard.record(Outcome.from_timings(backend.name, task, 1, timings))
             log.info(
                 "calibrating",
                 step=f"{i}/{len(todo)}",

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 LOAD_LEVELS = (1, 2, 4, 8)
 _FAST = 0.5
@@ -48,6 +50,27 @@ class Outcome:
     predicted_n: int
     draft_n: int
     draft_n_accepted: int
+
+    @classmethod
+    def from_timings(
+        cls,
+        backend: str,
+        task: str,
+        level: int,
+        timings: Mapping[str, Any],
+        ttft_s: float | None = None,
+    ) -> Outcome:
+        """A sample from llama.cpp's `timings` object."""
+        return cls(
+            backend=backend,
+            task=task,
+            level=level,
+            tokens_per_s=timings.get("predicted_per_second"),
+            ttft_s=ttft_s,
+            predicted_n=int(timings.get("predicted_n", 0)),
+            draft_n=int(timings.get("draft_n", 0)),
+            draft_n_accepted=int(timings.get("draft_n_accepted", 0)),
+        )
 
 
 class Scoreboard:
