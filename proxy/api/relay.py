@@ -45,10 +45,10 @@ def _upstream_down(backend: str, exc: BaseException) -> ApiError:
     )
 
 
-def _timed_out(backend: str, what: str, seconds: float) -> ApiError:
+def _timed_out(backend: str, what: str) -> ApiError:
     return ApiError(
         504,
-        f"backend {backend!r} {what} within {seconds:g} s; the request was cancelled. "
+        f"backend {backend!r} {what}; the request was cancelled. "
         "Retry with fewer max_tokens or a shorter prompt, or raise the timeout in the config",
         code="upstream_timeout",
     )
@@ -77,7 +77,7 @@ async def relay(
         async with asyncio.timeout(wait):
             upstream = await session.post(url, json=body)
     except TimeoutError:
-        raise _timed_out(backend, "sent nothing", wait) from None
+        raise _timed_out(backend, f"sent nothing within {wait:g} s") from None
     except aiohttp.ClientError as exc:
         raise _upstream_down(backend, exc) from exc
     response: web.StreamResponse
@@ -112,7 +112,7 @@ async def _relay_whole(
         async with asyncio.timeout(remaining_s):
             raw = await upstream.read()
     except TimeoutError:
-        raise _timed_out(backend, "did not finish", limit_s) from None
+        raise _timed_out(backend, f"did not finish within {limit_s:g} s") from None
     except aiohttp.ClientError as exc:
         raise _upstream_down(backend, exc) from exc
     try:
@@ -162,10 +162,14 @@ async def _relay_stream(
                 async with asyncio.timeout(wait):
                     chunk = await upstream.content.readany()
             except TimeoutError:
-                what = "sent no token" if first else "stalled between tokens"
-                measured.status, measured.error = 504, f"{what} for {wait:g} s"
+                what = (
+                    f"sent no token within {wait:g} s"
+                    if first
+                    else (f"stalled for {wait:g} s between tokens")
+                )
+                measured.status, measured.error = 504, what
                 await response.write(
-                    _sse_error(_timed_out(backend, what, wait).message, "upstream_timeout")
+                    _sse_error(_timed_out(backend, what).message, "upstream_timeout")
                 )
                 break
             if not chunk:
