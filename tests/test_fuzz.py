@@ -37,7 +37,7 @@ message = st.fixed_dictionaries(
 )
 # Near-valid bodies reach the backends, so they must stay tiny: max_tokens at most 2.
 chat_body = st.fixed_dictionaries(
-    {"max_tokens": st.one_of(st.integers(-3, 2), st.sampled_from([0, 10**9, "2", None, 2.5]))},
+    {"max_tokens": st.one_of(st.integers(-3, 2), st.sampled_from([0, 10**9, "2", 2.5]))},
     optional={
         "model": st.sampled_from(
             ["auto", "auto-code", "plain", "draft", "ngram", "gpt-4", "", 7, None]

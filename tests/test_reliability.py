@@ -65,7 +65,13 @@ def open_stream(
     """Start a streamed chat completion and return the open response after its first chunk."""
     conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=30)
     OPEN.append(conn)
-    body = {"model": model, "messages": LONG, "max_tokens": max_tokens, "stream": True}
+    body = {
+        "model": model,
+        "messages": LONG,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "ignore_eos": True,  # llama-server: always generate max_tokens, so the stream stays open
+    }
     conn.request(
         "POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"}
     )
@@ -95,6 +101,7 @@ def pair(tmp_path: Path) -> Iterator[RunningProxy]:
 
 
 def test_client_disconnect_frees_the_slot_and_spares_other_streams(proxy: RunningProxy) -> None:
+    assert wait_until(lambda: not slot_busy(backend_url(proxy, "plain")), 60)
     other = open_stream(proxy, "draft", max_tokens=200)
     open_stream(proxy, "plain")
     leaving = OPEN[-1]
@@ -108,12 +115,20 @@ def test_client_disconnect_frees_the_slot_and_spares_other_streams(proxy: Runnin
     assert not any("error" in e for e in events)
 
 
-def test_client_timeout_on_a_non_streamed_request_frees_the_slot(proxy: RunningProxy) -> None:
-    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="x", max_retries=0, timeout=1.0)
+def test_client_timeout_on_a_non_streamed_request_releases_the_proxy(proxy: RunningProxy) -> None:
+    # The proxy drops the request at once. llama-server build 11434 itself keeps generating a
+    # non-streamed answer whose client left (seen with curl straight at it), so only the proxy's
+    # side is asserted here; streamed requests are cancelled upstream (test above).
+    url = backend_url(proxy, "plain")
+    assert wait_until(lambda: not slot_busy(url), 60), "another test left the backend busy"
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="x", max_retries=0, timeout=0.5)
     with pytest.raises(openai.APITimeoutError):
-        client.chat.completions.create(model="ngram", messages=LONG, max_tokens=1500)
-    url = backend_url(proxy, "ngram")
-    assert wait_until(lambda: not slot_busy(url), 1.0), "slot still busy 1 s after the client left"
+        client.chat.completions.create(
+            model="plain", messages=LONG, max_tokens=300, extra_body={"ignore_eos": True}
+        )
+    in_flight = lambda: proxy.health()["backends"]["plain"]["in_flight"]  # type: ignore[index]  # noqa: E731
+    assert wait_until(lambda: in_flight() == 0, 1.0), "the proxy still counts the request"
+    assert wait_until(lambda: not slot_busy(url), 60)
 
 
 def test_backend_killed_mid_stream_ends_cleanly_and_auto_moves_on(pair: RunningProxy) -> None:

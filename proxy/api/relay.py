@@ -78,6 +78,10 @@ async def relay(
             upstream = await session.post(url, json=body)
     except TimeoutError:
         raise _timed_out(backend, f"sent nothing within {wait:g} s") from None
+    except aiohttp.ClientConnectorError as exc:
+        raise ApiError(
+            502, f"backend {backend!r} is unreachable: {exc}", code="backend_unreachable"
+        ) from exc
     except aiohttp.ClientError as exc:
         raise _upstream_down(backend, exc) from exc
     response: web.StreamResponse

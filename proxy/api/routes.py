@@ -17,6 +17,7 @@ from proxy.api.validation import Endpoint, validate_body
 from proxy.backends.supervisor import BackendSaturatedError
 from proxy.log import get_logger
 from proxy.metrics import CONTENT_TYPE, RequestRecord
+from proxy.routing.policy import RoutableBackend, RouteChoice
 from proxy.routing.router import AUTO_MODEL, AUTO_TASK_MODELS, NoBackendError, UnknownModelError
 from proxy.routing.scoreboard import Outcome
 
@@ -56,19 +57,11 @@ async def _complete(request: web.Request, endpoint: Endpoint) -> web.StreamRespo
         request.app[METRICS].observe(seen)
 
 
-async def _serve(
-    request: web.Request, endpoint: Endpoint, seen: RequestRecord
-) -> web.StreamResponse:
-    """Validate, classify, choose, relay and log one completion, filling in `seen` as it goes."""
-    body = validate_body(await _read_json(request), endpoint)
-    app = request.app
-    router, pool, settings = app[ROUTER], app[POOL], app[SETTINGS]
-    model = body.get("model") or AUTO_MODEL
+def _choose(app: web.Application, model: str, task: str) -> tuple[RoutableBackend, RouteChoice]:
+    """The router's choice, with its refusals turned into OpenAI errors."""
+    pool = app[POOL]
     try:
-        task = router.task_for(body, model, request.headers.get("X-Specproxy-Task"))
-        backend, choice = router.choose(model, task, list(pool))
-    except ValueError as exc:
-        raise ApiError(400, str(exc), code="invalid_task", param="X-Specproxy-Task") from None
+        return app[ROUTER].choose(model, task, list(pool))
     except UnknownModelError:
         ids = ", ".join([AUTO_MODEL, *AUTO_TASK_MODELS, *pool.names])
         raise ApiError(
@@ -84,43 +77,64 @@ async def _serve(
             code="backend_unavailable",
             headers={"Retry-After": "2"},
         ) from None
-    supervisor = pool.get(backend.name)
-    assert supervisor is not None
-    seen.backend, seen.task, seen.route = backend.name, task, choice.reason
-    request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex[:16]
-    headers = {
-        "X-Specproxy-Backend": backend.name,
-        "X-Specproxy-Task": task,
-        "X-Specproxy-Route": choice.reason,
-        "X-Request-Id": request_id,
-    }
-    upstream_body = {**body, "model": backend.name}
+
+
+async def _serve(
+    request: web.Request, endpoint: Endpoint, seen: RequestRecord
+) -> web.StreamResponse:
+    """Validate, classify, choose, relay and log one completion, filling in `seen` as it goes."""
+    body = validate_body(await _read_json(request), endpoint)
+    app = request.app
+    router, pool, settings = app[ROUTER], app[POOL], app[SETTINGS]
+    model = body.get("model") or AUTO_MODEL
     try:
-        async with supervisor.slot():
-            response, measured = await relay(
-                request,
-                app[SESSION],
-                backend.name,
-                supervisor.base_url + _PATHS[endpoint],
-                upstream_body,
-                headers,
-                RelayTimeouts(
-                    first_token_s=settings.first_token_timeout_s,
-                    idle_s=settings.idle_timeout_s,
-                    whole_answer_s=settings.request_timeout_s,
-                ),
-            )
-    except BackendSaturatedError as exc:
-        raise ApiError(
-            429,
-            f"{exc}; retry after a moment, or raise max_concurrency / max_queue in the config",
-            code="backend_saturated",
-            headers={"Retry-After": "1"},
-        ) from None
-    except ApiError as exc:
-        if exc.status == 502:
-            supervisor.mark_down()
-        raise
+        task = router.task_for(body, model, request.headers.get("X-Specproxy-Task"))
+    except ValueError as exc:
+        raise ApiError(400, str(exc), code="invalid_task", param="X-Specproxy-Task") from None
+    request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex[:16]
+    timeouts = RelayTimeouts(
+        first_token_s=settings.first_token_timeout_s,
+        idle_s=settings.idle_timeout_s,
+        whole_answer_s=settings.request_timeout_s,
+    )
+    # An unreachable backend received nothing, so an unpinned request may try one other.
+    for attempt in (1, 2):
+        backend, choice = _choose(app, model, task)
+        supervisor = pool.get(backend.name)
+        assert supervisor is not None
+        seen.backend, seen.task, seen.route = backend.name, task, choice.reason
+        headers = {
+            "X-Specproxy-Backend": backend.name,
+            "X-Specproxy-Task": task,
+            "X-Specproxy-Route": choice.reason,
+            "X-Request-Id": request_id,
+        }
+        try:
+            async with supervisor.slot():
+                response, measured = await relay(
+                    request,
+                    app[SESSION],
+                    backend.name,
+                    supervisor.base_url + _PATHS[endpoint],
+                    {**body, "model": backend.name},
+                    headers,
+                    timeouts,
+                )
+            if measured.status == 502:  # failed mid-stream
+                supervisor.mark_down()
+            break
+        except BackendSaturatedError as exc:
+            raise ApiError(
+                429,
+                f"{exc}; retry after a moment, or raise max_concurrency / max_queue in the config",
+                code="backend_saturated",
+                headers={"Retry-After": "1"},
+            ) from None
+        except ApiError as exc:
+            if exc.status == 502:
+                supervisor.mark_down()
+            if exc.code != "backend_unreachable" or choice.reason == "pinned" or attempt == 2:
+                raise
     seen.measured, seen.status = measured, measured.status
     timings = measured.timings
     outcome = Outcome.from_timings(backend.name, task, choice.level, timings, measured.ttft_s)

@@ -263,7 +263,7 @@ class BackendSupervisor:
 
     def mark_down(self) -> None:
         """Take the backend out of routing at once after a failed request (health decides after)."""
-        if self.state == "ready" and (self._exited() or self.spec.url is not None):
+        if self.state == "ready":
             self._set_state("unhealthy")
 
     async def _terminate(self) -> None:
