@@ -32,7 +32,6 @@ class Measurement:
     ttft_s: float | None = None
     duration_s: float = 0.0
     timings: dict[str, Any] = field(default_factory=dict)
-    usage: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
 
 
@@ -125,7 +124,6 @@ async def _relay_whole(
         data = None
     if isinstance(data, dict):
         measured.timings = data.get("timings") or {}
-        measured.usage = data.get("usage") or {}
         if upstream.status >= 400:
             err = data.get("error")
             measured.error = err.get("message") if isinstance(err, dict) else str(err)
@@ -201,15 +199,14 @@ async def _relay_stream(
 
 
 def _scan_events(buffer: bytes, measured: Measurement) -> bytes:
-    """Pick timings/usage out of complete SSE lines; return the incomplete tail."""
+    """Pick timings out of complete SSE lines; return the incomplete tail."""
     *lines, tail = buffer.split(b"\n")
     for line in lines:
-        if line.startswith(b"data: {") and (b'"timings"' in line or b'"usage"' in line):
+        if line.startswith(b"data: {") and b'"timings"' in line:
             try:
                 event = json.loads(line[6:])
             except ValueError:
                 continue
             if isinstance(event, dict):
                 measured.timings = event.get("timings") or measured.timings
-                measured.usage = event.get("usage") or measured.usage
     return tail

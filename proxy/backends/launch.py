@@ -36,10 +36,6 @@ class LaunchSpec:
         )
 
 
-def _layers(value: int | str) -> str:
-    return str(value)
-
-
 def llama_server_argv(
     binary: Path,
     cfg: BackendConfig,
@@ -62,7 +58,7 @@ def llama_server_argv(
     if cfg.threads is not None:
         argv += ["--threads", str(cfg.threads)]
     if cfg.gpu_layers is not None:
-        argv += ["--n-gpu-layers", _layers(cfg.gpu_layers)]
+        argv += ["--n-gpu-layers", str(cfg.gpu_layers)]
     if cfg.spec_type is not None:
         argv += ["--spec-type", cfg.spec_type]
     if draft is not None:
@@ -76,7 +72,7 @@ def llama_server_argv(
     if cfg.draft_p_min is not None:
         argv += ["--spec-draft-p-min", str(cfg.draft_p_min)]
     if cfg.draft_gpu_layers is not None:
-        argv += ["--spec-draft-ngl", _layers(cfg.draft_gpu_layers)]
+        argv += ["--spec-draft-ngl", str(cfg.draft_gpu_layers)]
     if cfg.draft_device is not None:
         argv += ["--spec-draft-device", cfg.draft_device]
     return argv + cfg.extra_args

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from proxy.routing.classifier import TASK_CLASSES, TaskClassifier
@@ -20,13 +19,6 @@ class UnknownModelError(LookupError):
 
 class NoBackendError(RuntimeError):
     """No backend can take the request right now."""
-
-
-@dataclass(frozen=True)
-class TaskOverride:
-    """A task class forced by header or model id, if any."""
-
-    task: str | None
 
 
 class Router:
