@@ -1,11 +1,13 @@
 """Routing benchmark: a mixed workload through `auto` against every backend pinned and the oracle.
 
-Starts `specproxy serve` (default: the embedded CPU config) with a fresh scoreboard, waits for
-calibration, then sends the same mixed workload of code, prose and echo requests once per mode:
-each backend pinned, then `auto`. The oracle is the best pinned backend per task class, measured
-in the same run. Prints a Markdown table; not a test (timings on a shared machine are noisy).
+Two proxy lifetimes on the same config (default: the embedded CPU config), each with a fresh
+scoreboard and its own calibration: the first serves the workload through `auto` only, the second
+serves it pinned to each backend in turn. Separate lifetimes keep the backends' memories apart:
+ngram-mod remembers every prompt and answer it has seen, so a prompt it already served would come
+back faster on its second visit. The oracle is the best pinned backend per task class. Prints a
+Markdown table; not a test (timings on a shared machine are noisy).
 
-    .venv/bin/python scripts/routing_benchmark.py [--config FILE] [--tokens 128] [--rounds 1]
+    .venv/bin/python scripts/routing_benchmark.py [--config FILE] [--tokens 64]
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-from collections import Counter, defaultdict
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import openai
@@ -47,12 +49,16 @@ WORKLOAD: dict[str, list[str]] = {
         "Implement a thread-safe token bucket rate limiter in Python.",
         "Write a TypeScript function that debounces another function, with types.",
         "Scrivi in Python una funzione che legge un CSV e calcola la media di ogni colonna.",
+        "Write a Go HTTP handler that returns the current time as JSON, with a unit test.",
+        "Write a SQL query that finds the three best-selling products per month, and explain it.",
     ],
     "prose": [
         "Write a short story about a lighthouse keeper who finds a message in a bottle.",
         "Explain to a ten-year-old why the sky is blue, in two paragraphs.",
         "Write a warm thank-you letter to a teacher who is retiring.",
         "Scrivi un breve racconto su un gatto che vive in una biblioteca.",
+        "Describe a walk through a market in Marrakech at dusk.",
+        "Give me advice on how to prepare for a job interview at a small company.",
     ],
     "echo": [
         f"Add type hints to this Python code. Return the full code only.\n\n```python\n{_LOOP}```",
@@ -60,13 +66,11 @@ WORKLOAD: dict[str, list[str]] = {
         f"Fix the punctuation and repeat this text unchanged otherwise:\n\n{_PARAGRAPH * 2}",
         "Repeat this sentence exactly five times, one per line: "
         "'The quick brown fox jumps over the lazy dog near the river bank.'",
+        f"Add a docstring to this function and return the whole code.\n\n```python\n{_LOOP}```",
+        "Copy this list and number each line: apples, pears, plums, cherries, figs, grapes, "
+        "lemons, limes, oranges, peaches, apricots, melons.",
     ],
 }
-
-
-def get_json(url: str) -> dict[str, object]:
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        return dict(json.load(resp))
 
 
 def start_proxy(
@@ -91,11 +95,21 @@ def start_proxy(
     return proc, log
 
 
+@dataclass(frozen=True)
+class Sample:
+    """One request's outcome as the proxy reported it."""
+
+    task: str
+    backend: str
+    route: str
+    tokens: int
+    seconds: float
+
+
 def run_mode(
     client: openai.OpenAI, model: str, jobs: list[tuple[str, str]], tokens: int
-) -> dict[str, object]:
-    per_task: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])  # tokens, seconds
-    chosen: Counter[str] = Counter()
+) -> list[Sample]:
+    samples = []
     for task, prompt in jobs:
         raw = client.chat.completions.with_raw_response.create(
             model=model,
@@ -104,77 +118,88 @@ def run_mode(
             temperature=0,
         )
         timings = json.loads(raw.text)["timings"]
-        per_task[task][0] += timings["predicted_n"]
-        per_task[task][1] += timings["predicted_ms"] / 1000
-        chosen[f"{task}->{raw.headers['x-specproxy-backend']}"] += 1
-        chosen[f"route:{raw.headers['x-specproxy-route']}"] += 1
-    return {"per_task": dict(per_task), "chosen": chosen}
+        samples.append(
+            Sample(
+                task,
+                raw.headers["x-specproxy-backend"],
+                raw.headers["x-specproxy-route"],
+                int(timings["predicted_n"]),
+                timings["predicted_ms"] / 1000,
+            )
+        )
+    return samples
 
 
-def tps(tokens_seconds: list[float]) -> float:
-    return tokens_seconds[0] / tokens_seconds[1] if tokens_seconds[1] else 0.0
+def tps(samples: list[Sample]) -> float:
+    seconds = sum(s.seconds for s in samples)
+    return sum(s.tokens for s in samples) / seconds if seconds else 0.0
+
+
+def serve_phase(
+    config: Path | None, port: int, jobs: list[tuple[str, str]], tokens: int, auto: bool
+) -> dict[str, list[Sample]]:
+    """A fresh proxy (scoreboard, backends, ngram memory): auto alone, or each backend pinned."""
+    workdir = Path(tempfile.mkdtemp(prefix="specproxy-routing-"))
+    proc, _ = start_proxy(config, port, workdir)
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", timeout=600)
+        backends = [m.id for m in client.models.list() if not m.id.startswith("auto")]
+        results = {}
+        for mode in ["auto"] if auto else backends:
+            print(f"running {mode} ...", file=sys.stderr, flush=True)
+            results[mode] = run_mode(client, mode, jobs, tokens)
+        return results
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path)
-    parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--rounds", type=int, default=1, help="times each prompt is sent per mode")
+    parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--port", type=int, default=8091)
     args = parser.parse_args()
-    workdir = Path(tempfile.mkdtemp(prefix="specproxy-routing-"))
-    proc, _ = start_proxy(args.config, args.port, workdir)
-    try:
-        client = openai.OpenAI(
-            base_url=f"http://127.0.0.1:{args.port}/v1", api_key="x", timeout=600
-        )
-        backends = [m.id for m in client.models.list() if not m.id.startswith("auto")]
-        jobs = [(t, p) for t, ps in WORKLOAD.items() for p in ps] * args.rounds
-        random.Random(1).shuffle(jobs)
-        results = {}
-        for mode in [*backends, "auto"]:
-            print(f"running {mode} ...", file=sys.stderr, flush=True)
-            results[mode] = run_mode(client, mode, jobs, args.tokens)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
+    jobs = [(t, p) for t, ps in WORKLOAD.items() for p in ps]
+    random.Random(1).shuffle(jobs)
+    results = serve_phase(args.config, args.port, jobs, args.tokens, auto=True)
+    results |= serve_phase(args.config, args.port, jobs, args.tokens, auto=False)
+    backends = [m for m in results if m != "auto"]
     tasks = list(WORKLOAD)
 
-    def total(mode: str) -> float:
-        per = results[mode]["per_task"]
-        return sum(per[t][0] for t in tasks) / sum(per[t][1] for t in tasks)  # type: ignore[index]
+    def of(mode: str, task: str) -> list[Sample]:
+        return [s for s in results[mode] if s.task == task]
 
-    best = {t: max(backends, key=lambda b: tps(results[b]["per_task"][t])) for t in tasks}  # type: ignore[index]
-    oracle_tokens = sum(results[best[t]]["per_task"][t][0] for t in tasks)  # type: ignore[index]
-    oracle_seconds = sum(results[best[t]]["per_task"][t][1] for t in tasks)  # type: ignore[index]
-    oracle = oracle_tokens / oracle_seconds
+    best = {t: max(backends, key=lambda b: tps(of(b, t))) for t in tasks}
+    oracle = tps([s for t in tasks for s in of(best[t], t)])
     print(
         f"\n{len(jobs)} requests per mode, {args.tokens} max tokens, temperature 0, single stream\n"
     )
     print("| mode | " + " | ".join(f"{t} t/s" for t in tasks) + " | overall t/s | vs oracle |")
     print("| --- | " + " | ".join("---:" for _ in tasks) + " | ---: | ---: |")
     for mode in [*backends, "auto"]:
-        per = results[mode]["per_task"]
-        cells = " | ".join(f"{tps(per[t]):.1f}" for t in tasks)  # type: ignore[index]
-        print(f"| {mode} | {cells} | {total(mode):.1f} | {total(mode) / oracle:.1%} |")
-    oracle_cells = " | ".join(
-        f"{tps(results[best[t]]['per_task'][t]):.1f} ({best[t]})" for t in tasks
-    )  # type: ignore[index]
+        cells = " | ".join(f"{tps(of(mode, t)):.1f}" for t in tasks)
+        overall = tps(results[mode])
+        print(f"| {mode} | {cells} | {overall:.1f} | {overall / oracle:.1%} |")
+    oracle_cells = " | ".join(f"{tps(of(best[t], t)):.1f} ({best[t]})" for t in tasks)
     print(f"| oracle | {oracle_cells} | {oracle:.1f} | 100.0% |")
-    print(f"\nauto's choices: {dict(results['auto']['chosen'])}")
-    # What exploring costs: the share of auto requests sent elsewhere, times how much slower
-    # the other backends are than the best one for that class (measured above, same run).
-    share = float(os.environ.get("SPECPROXY_EXPLORE_SHARE", "0.05"))
-    losses = [
-        1 - tps(results[b]["per_task"][t]) / tps(results[best[t]]["per_task"][t])  # type: ignore[index]
-        for t in tasks
-        for b in backends
-        if b != best[t]
-    ]
-    cost = share * sum(losses) / len(losses) if losses else 0.0
-    print(f"exploration: share {share:.0%}, expected cost {cost:.1%} of auto's tokens/s")
-    beats = all(total("auto") > total(b) for b in backends)
-    print(f"auto = {total('auto') / oracle:.1%} of the oracle; above every pinned backend: {beats}")
+    choices = Counter(f"{s.task}->{s.backend} ({s.route})" for s in results["auto"])
+    print(f"\nauto's choices: {dict(sorted(choices.items()))}")
+    # Exploration's cost, measured: the time auto's probes took beyond what the oracle's backend
+    # for their class took per token in the pinned phase, as a share of auto's whole time.
+    probes = [s for s in results["auto"] if s.route == "explore"]
+    extra = sum(s.seconds - s.tokens / tps(of(best[s.task], s.task)) for s in probes)
+    auto_seconds = sum(s.seconds for s in results["auto"])
+    share = os.environ.get("SPECPROXY_EXPLORE_SHARE", "0.05")
+    print(
+        f"exploration (share {share}): {len(probes)} probes, {extra:+.1f} s against the oracle, "
+        f"{extra / auto_seconds:+.1%} of auto's generation time"
+    )
+    beats = all(tps(results["auto"]) > tps(results[b]) for b in backends)
+    print(
+        f"auto = {tps(results['auto']) / oracle:.1%} of the oracle; "
+        f"above every pinned backend: {beats}"
+    )
 
 
 if __name__ == "__main__":

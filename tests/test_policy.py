@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections import Counter
 from dataclasses import dataclass
 
 import pytest
@@ -109,6 +110,20 @@ def test_exploration_is_bounded_by_its_share() -> None:
     reasons = [policy.choose("prose", backends).reason for _ in range(2000)]  # type: ignore[union-attr]
     share = reasons.count("explore") / len(reasons)
     assert 0.08 < share < 0.12
+
+
+def test_exploration_prefers_near_ties_but_still_probes_slow_backends() -> None:
+    board = Scoreboard()
+    backends = [Backend("plain"), Backend("ngram", "ngram-mod"), Backend("draft", "draft-simple")]
+    measure(board, "ngram", "echo", 40)
+    measure(board, "plain", "echo", 36)
+    measure(board, "draft", "echo", 8)
+    policy = RoutePolicy(board, explore_share=0.2, rng=random.Random(3))
+    picks = [policy.choose("echo", backends) for _ in range(4000)]
+    probes = Counter(c.backend for c in picks if c is not None and c.reason == "explore")
+    assert "ngram" not in probes
+    # Weights follow the estimated speed: 36/40 for plain against 8/40 for the draft.
+    assert 3.5 < probes["plain"] / probes["draft"] < 5.5
 
 
 def test_scoreboard_decays_toward_new_measurements() -> None:

@@ -100,11 +100,26 @@ class RoutePolicy:
         )
         best = ranked[0]
         if len(ranked) > 1 and self.rng.random() < self.explore_share:
-            other = self.rng.choice(ranked[1:])
+            other = self._explore_target(ranked[1:], estimates[best.name], estimates)
             return RouteChoice(other.name, "explore", levels[other.name])
         fastest = max(ready, key=lambda b: estimates[b.name].tokens_per_s)
         reason: RouteReason = "demoted" if fastest.name in demoted else "fastest"
         return RouteChoice(best.name, reason, levels[best.name])
+
+    def _explore_target(
+        self,
+        others: Sequence[RoutableBackend],
+        best: Estimate,
+        estimates: dict[str, Estimate],
+    ) -> RoutableBackend:
+        """A non-best backend to re-measure, drawn in proportion to its estimated speed.
+
+        A near-tie is where a stale estimate is most likely to hide a better choice, and a probe
+        there costs little; a backend measured at half speed is still re-measured, half as often.
+        """
+        top = max(best.tokens_per_s, 1e-9)
+        weights = [max(estimates[b.name].tokens_per_s / top, 0.05) for b in others]
+        return self.rng.choices(list(others), weights=weights)[0]
 
     def _below_break_even(
         self,
