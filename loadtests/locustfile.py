@@ -172,6 +172,7 @@ def _read_stream(resp: requests.Response, sample: Sample, t0: float) -> tuple[di
                 # One token per chunk; only a cut request keeps this count, the others take
                 # predicted_n from the timings.
                 sample.tokens += 1
+                sample.last_token_s = time.perf_counter() - t0
     if not done:
         raise _Failed("the stream ended without [DONE]")
     return timings, size

@@ -29,6 +29,7 @@ class Sample:
     tokens: int = 0
     tokens_per_s: float | None = None
     ttft_s: float | None = None
+    last_token_s: float | None = None
     draft_n: int = 0
     draft_n_accepted: int = 0
     error: str | None = None
@@ -64,6 +65,20 @@ def read_samples(path: Path) -> list[Sample]:
     return [Sample(**json.loads(line)) for line in path.read_text().splitlines() if line]
 
 
+def stream_rate(sample: Sample) -> float | None:
+    """Generation tokens/s of one stream: llama.cpp's own figure, else as the client saw it.
+
+    A request cut at the end of a run carries no timings; its rate from first to last token
+    received is the same quantity seen from the client, so busy cells still get a figure.
+    """
+    if sample.tokens_per_s is not None:
+        return sample.tokens_per_s
+    if sample.ttft_s is None or sample.last_token_s is None or sample.tokens < 4:
+        return None
+    span = sample.last_token_s - sample.ttft_s
+    return (sample.tokens - 1) / span if span > 0 else None
+
+
 def summarise(samples: list[Sample]) -> RunSummary:
     """Add up a run; cut requests count for tokens and wall time, not as requests."""
     finished = [s for s in samples if s.outcome != "cut"]
@@ -71,7 +86,7 @@ def summarise(samples: list[Sample]) -> RunSummary:
     # Streamed tokens of cut requests were generated inside the run, so they count.
     tokens = sum(s.tokens for s in samples if s.outcome != "failed")
     wall = max((s.end for s in samples), default=0.0) - min((s.start for s in samples), default=0.0)
-    speeds = [s.tokens_per_s for s in ok if s.tokens_per_s is not None]
+    speeds = [v for s in samples if s.outcome != "failed" and (v := stream_rate(s)) is not None]
     ttfts = [s.ttft_s for s in ok if s.ttft_s is not None]
     drafted = sum(s.draft_n for s in ok)
     return RunSummary(

@@ -200,8 +200,9 @@ def write_markdown(path: Path, cells: Sequence[Cell], setup: SweepSetup) -> None
         f"Proxy {setup.url}; backends {kinds}. {setup.description}",
         "",
         "Each cell: aggregate tokens/s (all generated tokens / wall time of the cell), "
-        "then the mean per-stream generation speed (llama.cpp `predicted_per_second`) in "
-        "parentheses.",
+        "then the mean per-stream generation speed in parentheses (llama.cpp "
+        "`predicted_per_second`; for a stream cut at the end of the cell, its tokens over the "
+        "time from its first to its last token).",
     ]
     speculative = [b for b in backends if b not in (AUTO, setup.baseline)]
     for task in dict.fromkeys(c.task for c in cells):

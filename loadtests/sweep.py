@@ -46,6 +46,7 @@ class SweepOptions:
     baseline: str | None
     margin: float
     api_key: str | None
+    warm_up: bool
 
 
 def _csv_list(text: str) -> list[str]:
@@ -90,7 +91,7 @@ def parse_options(argv: list[str] | None) -> SweepOptions:
     p.add_argument(
         "--drain",
         type=int,
-        default=4,
+        default=2,
         help="per cell: seconds requests in flight get to finish; later ones are cut",
     )
     p.add_argument(
@@ -123,6 +124,12 @@ def parse_options(argv: list[str] | None) -> SweepOptions:
         help="speculation pays when at least this much faster in aggregate (0.05 = 5%%)",
     )
     p.add_argument(
+        "--no-warm-up",
+        dest="warm_up",
+        action="store_false",
+        help="skip sending each prompt once per backend before a task's first cell",
+    )
+    p.add_argument(
         "--api-key",
         default=os.environ.get("LOCUST_API_KEY"),
         help="for a proxy with api_keys (default: env LOCUST_API_KEY)",
@@ -144,6 +151,7 @@ def parse_options(argv: list[str] | None) -> SweepOptions:
         baseline=a.baseline,
         margin=a.margin,
         api_key=a.api_key,
+        warm_up=a.warm_up,
     )
 
 
@@ -174,6 +182,34 @@ def _wait_idle(url: str, timeout: float) -> bool:
             return True
         time.sleep(0.5)
     return timeout <= 0
+
+
+def warm_prompt_caches(opts: SweepOptions, task: str, backends: list[str]) -> None:
+    """Send each of the task's prompts once to each pinned backend, one token long.
+
+    Every backend serves the same target model, so prompt processing says nothing about
+    speculation, yet on a small CPU a cold 200-token prompt takes longer than a whole cell.
+    llama-server keeps processed prompts (slots plus its RAM cache), so the cells then measure
+    generation under load rather than who saw a prompt first.
+    """
+    headers = {"Content-Type": "application/json"}
+    if opts.api_key:
+        headers["Authorization"] = f"Bearer {opts.api_key}"
+    for backend in backends:
+        if backend == AUTO or backend.startswith(f"{AUTO}-"):
+            continue
+        for prompt in PROMPTS[task]:
+            message = {"role": "user", "content": prompt}
+            body = {"model": backend, "max_tokens": 1, "messages": [message]}
+            request = urllib.request.Request(
+                f"{opts.url}/v1/chat/completions", json.dumps(body).encode(), headers
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=600) as resp:
+                    resp.read()
+            except (OSError, ValueError) as exc:
+                print(f"warm-up of {backend} failed ({exc}); measuring anyway", flush=True)
+                return
 
 
 def run_cell(opts: SweepOptions, task: str, backend: str, level: int) -> RunSummary:
@@ -271,6 +307,9 @@ def main(argv: list[str] | None = None) -> int:
     interrupted = False
     try:
         for i, (task, level, backend) in enumerate(plan, 1):
+            if opts.warm_up and (i == 1 or plan[i - 2][0] != task):
+                print(f"warming the backends' prompt caches for {task} ...", flush=True)
+                warm_prompt_caches(opts, task, backends)
             if not _wait_idle(opts.url, opts.idle_timeout):
                 print(f"backends still busy after {opts.idle_timeout:.0f} s; measuring anyway")
             cell = Cell(task, backend, level, run_cell(opts, task, backend, level))

@@ -176,6 +176,11 @@ class Settings(BaseSettings):
         le=0.5,
         description="share of auto requests sent to a non-best backend",
     )
+    spill_over: bool = Field(
+        default=False,
+        description="auto skips a backend whose slots are all busy (true when backends run on "
+        "separate devices); false: queue at the fastest until its queue is full",
+    )
     scoreboard_file: Path | None = Field(
         default=None, description="where measurements persist (default: in cache_dir)"
     )

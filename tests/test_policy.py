@@ -20,6 +20,7 @@ class Backend:
     ready: bool = True
     draft_n_max: int = 3
     saturated: bool = False
+    queue_full: bool = False
 
 
 def measure(
@@ -124,6 +125,20 @@ def test_exploration_prefers_near_ties_but_still_probes_slow_backends() -> None:
     assert "ngram" not in probes
     # Weights follow the estimated speed: 36/40 for plain against 8/40 for the draft.
     assert 3.5 < probes["plain"] / probes["draft"] < 5.5
+
+
+def test_busy_fastest_backend_is_queued_at_unless_backends_spill_over() -> None:
+    board = Scoreboard()
+    measure(board, "plain", "code", 30)
+    measure(board, "ngram", "code", 20)
+    busy = Backend("plain", in_flight=4, saturated=True)
+    ngram = Backend("ngram", "ngram-mod")
+    shared = RoutePolicy(board, explore_share=0)
+    assert shared.choose("code", [busy, ngram]).backend == "plain"  # type: ignore[union-attr]
+    full = Backend("plain", in_flight=4, saturated=True, queue_full=True)
+    assert shared.choose("code", [full, ngram]).backend == "ngram"  # type: ignore[union-attr]
+    separate = RoutePolicy(board, explore_share=0, spill_over=True)
+    assert separate.choose("code", [busy, ngram]).backend == "ngram"  # type: ignore[union-attr]
 
 
 def test_scoreboard_decays_toward_new_measurements() -> None:

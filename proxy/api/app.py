@@ -36,7 +36,9 @@ def build_app(settings: Settings, specs: list[LaunchSpec]) -> web.Application:
     app = web.Application(middlewares=middlewares, client_max_size=settings.max_body_bytes)
     app[SETTINGS] = settings
     scoreboard = Scoreboard()
-    policy = RoutePolicy(scoreboard, explore_share=settings.explore_share)
+    policy = RoutePolicy(
+        scoreboard, explore_share=settings.explore_share, spill_over=settings.spill_over
+    )
     app[ROUTER] = Router(TaskClassifier(), policy, scoreboard)
     app[METRICS] = ProxyMetrics({s.config.name: s.config.spec_type for s in specs}, scoreboard)
 

@@ -69,6 +69,11 @@ class BackendSupervisor:
         """Whether every slot is busy (a new request would wait in the queue)."""
         return self.in_flight >= self.limit
 
+    @property
+    def queue_full(self) -> bool:
+        """Whether a new request would be refused: every slot busy and the queue full."""
+        return self.saturated and self.queued >= self.max_queue
+
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
         """Hold one concurrency slot, waiting in the bounded queue; raise when the queue is full."""

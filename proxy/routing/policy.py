@@ -30,6 +30,9 @@ class RoutableBackend(Protocol):
     @property
     def saturated(self) -> bool: ...
 
+    @property
+    def queue_full(self) -> bool: ...
+
 
 @dataclass(frozen=True)
 class RouteChoice:
@@ -72,10 +75,15 @@ class RoutePolicy:
     """Fastest measured backend for the task at the current load, with bounded exploration."""
 
     def __init__(
-        self, scoreboard: Scoreboard, explore_share: float = 0.05, rng: random.Random | None = None
+        self,
+        scoreboard: Scoreboard,
+        explore_share: float = 0.05,
+        spill_over: bool = False,
+        rng: random.Random | None = None,
     ) -> None:
         self.scoreboard = scoreboard
         self.explore_share = explore_share
+        self.spill_over = spill_over
         self.rng = rng or random.Random()
 
     def choose(self, task: str, backends: Sequence[RoutableBackend]) -> RouteChoice | None:
@@ -83,8 +91,13 @@ class RoutePolicy:
         ready = [b for b in backends if b.ready]
         if not ready:
             return None
-        # Saturated backends are skipped while another has a free slot; else all queue.
-        ready = [b for b in ready if not b.saturated] or ready
+        # Backends on one device share its compute: a free slot elsewhere is no free capacity,
+        # so requests queue at the fastest and move on only when its queue is full. Backends
+        # on separate devices (spill_over) skip one whose slots are all busy.
+        if self.spill_over:
+            ready = [b for b in ready if not b.saturated] or ready
+        else:
+            ready = [b for b in ready if not b.queue_full] or ready
         levels = {b.name: load_level(b.in_flight + 1) for b in ready}
         if len(ready) == 1:
             return RouteChoice(ready[0].name, "only_healthy", levels[ready[0].name])
