@@ -173,12 +173,34 @@ def _health(url: str) -> dict[str, Any]:
     return backends if isinstance(backends, dict) else {}
 
 
-def _wait_idle(url: str, timeout: float) -> bool:
+def _llama_servers_busy(url: str, api_key: str | None) -> bool:
+    """Whether any llama-server still processes a request (per its re-exported metrics).
+
+    A cancelled request leaves the proxy at once, but llama-server finishes the batch step it
+    is in first; a long speculative verification on a CPU can take seconds, and the next cell
+    would share the cores with it.
+    """
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        request = urllib.request.Request(f"{url}/metrics", headers=headers)
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            text = resp.read().decode()
+    except (OSError, ValueError):
+        return False
+    return any(
+        float(line.rsplit(" ", 1)[1]) > 0
+        for line in text.splitlines()
+        if line.startswith("llamacpp_requests_processing{")
+    )
+
+
+def _wait_idle(url: str, timeout: float, api_key: str | None = None) -> bool:
     """Wait until no backend has requests in flight (start-up calibration, cut requests)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         backends = _health(url).values()
-        if not any(b.get("in_flight", 0) or b.get("queued", 0) for b in backends):
+        busy = any(b.get("in_flight", 0) or b.get("queued", 0) for b in backends)
+        if not busy and not _llama_servers_busy(url, api_key):
             return True
         time.sleep(0.5)
     return timeout <= 0
@@ -310,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
             if opts.warm_up and (i == 1 or plan[i - 2][0] != task):
                 print(f"warming the backends' prompt caches for {task} ...", flush=True)
                 warm_prompt_caches(opts, task, backends)
-            if not _wait_idle(opts.url, opts.idle_timeout):
+            if not _wait_idle(opts.url, opts.idle_timeout, opts.api_key):
                 print(f"backends still busy after {opts.idle_timeout:.0f} s; measuring anyway")
             cell = Cell(task, backend, level, run_cell(opts, task, backend, level))
             cells.append(cell)

@@ -178,8 +178,9 @@ class Settings(BaseSettings):
     )
     spill_over: bool = Field(
         default=False,
-        description="auto skips a backend whose slots are all busy (true when backends run on "
-        "separate devices); false: queue at the fastest until its queue is full",
+        description="backends run on separate devices: auto skips one whose slots are all busy "
+        "and explores under load; false (one shared device): queue at the fastest until its "
+        "queue is full, explore only when every backend is idle",
     )
     scoreboard_file: Path | None = Field(
         default=None, description="where measurements persist (default: in cache_dir)"

@@ -127,6 +127,17 @@ def test_exploration_prefers_near_ties_but_still_probes_slow_backends() -> None:
     assert 3.5 < probes["plain"] / probes["draft"] < 5.5
 
 
+def test_no_exploring_next_to_busy_backends_on_a_shared_device() -> None:
+    board = Scoreboard()
+    measure(board, "plain", "prose", 30)
+    measure(board, "ngram", "prose", 29)
+    backends = [Backend("plain", in_flight=1), Backend("ngram", "ngram-mod")]
+    shared = RoutePolicy(board, explore_share=0.5, rng=random.Random(1))
+    assert {shared.choose("prose", backends).reason for _ in range(200)} == {"fastest"}  # type: ignore[union-attr]
+    separate = RoutePolicy(board, explore_share=0.5, spill_over=True, rng=random.Random(1))
+    assert "explore" in {separate.choose("prose", backends).reason for _ in range(200)}  # type: ignore[union-attr]
+
+
 def test_busy_fastest_backend_is_queued_at_unless_backends_spill_over() -> None:
     board = Scoreboard()
     measure(board, "plain", "code", 30)

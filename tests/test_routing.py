@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 from collections.abc import Iterator
@@ -88,6 +89,38 @@ def test_auto_goes_to_the_fastest_measured_backend(routed: RunningProxy, task: s
         assert chosen == max(candidates, key=candidates.get)  # type: ignore[arg-type]
     else:
         assert reason == "demoted" and chosen in candidates
+
+
+def test_a_stream_its_client_abandons_still_teaches_the_scoreboard(routed: RunningProxy) -> None:
+    def samples() -> int:
+        rows = [r for r in scoreboard(routed) if (r["backend"], r["task"]) == ("mtp", "prose")]
+        return sum(int(r["samples"]) for r in rows)  # type: ignore[call-overload]
+
+    before = samples()
+    conn = http.client.HTTPConnection("127.0.0.1", routed.port, timeout=30)
+    body = {
+        "model": "mtp",
+        "messages": [{"role": "user", "content": PROMPTS["prose"]}],
+        "max_tokens": 2000,
+        "stream": True,
+        "ignore_eos": True,  # llama-server: keep generating, so the client leaves mid-answer
+    }
+    conn.request("POST", "/v1/chat/completions", json.dumps(body), {"X-Specproxy-Task": "prose"})
+    resp = conn.getresponse()
+    chunks = []
+    while len(chunks) < 40:
+        line = resp.readline()
+        assert line, "the stream ended early"
+        if line.startswith(b"data: {"):
+            chunks.append(json.loads(line[6:]))
+    conn.close()  # the client goes away mid-stream
+    assert "timings" in chunks[-1], "streamed chunks carry llama.cpp's running timings"
+    deadline = time.monotonic() + 10
+    while samples() == before:
+        assert time.monotonic() < deadline, "the cut stream was not recorded"
+        time.sleep(0.2)
+    row = next(r for r in scoreboard(routed) if (r["backend"], r["task"]) == ("mtp", "prose"))
+    assert row["acceptance"] is not None
 
 
 def test_route_reasons_are_logged(routed: RunningProxy) -> None:

@@ -24,6 +24,9 @@ class RelayTimeouts:
     whole_answer_s: float
 
 
+CLIENT_GONE = "client disconnected"
+
+
 @dataclass
 class Measurement:
     """What the relay saw of one request: status, first-token time and llama.cpp's timings."""
@@ -66,9 +69,12 @@ async def relay(
     body: dict[str, Any],
     headers: Mapping[str, str],
     timeouts: RelayTimeouts,
-) -> tuple[web.StreamResponse, Measurement]:
-    """POST body to url and return the answer (SSE relayed chunk by chunk) with measurements."""
-    measured = Measurement()
+    measured: Measurement,
+) -> web.StreamResponse:
+    """POST body to url and return the answer (SSE relayed chunk by chunk), filling `measured`.
+
+    `measured` belongs to the caller, so what a stream measured survives its cancellation.
+    """
     start = time.monotonic()
     stream = bool(body.get("stream"))
     wait = timeouts.first_token_s if stream else timeouts.whole_answer_s
@@ -100,7 +106,7 @@ async def relay(
         # close(), not release(): a half-read answer must drop the connection, which is what
         # tells llama-server to stop generating and free the slot.
         upstream.close()
-    return response, measured
+    return response
 
 
 async def _relay_whole(
@@ -181,7 +187,7 @@ async def _relay_stream(
             await response.write(chunk)
             pending = _scan_events(pending + chunk, measured)
     except (ConnectionResetError, aiohttp.ClientConnectionResetError):
-        measured.error = "client disconnected"
+        measured.error = CLIENT_GONE
         return response
     except aiohttp.ClientError as exc:
         measured.error = f"{exc.__class__.__name__}: {exc}"
@@ -194,7 +200,7 @@ async def _relay_stream(
     try:
         await response.write_eof()
     except (ConnectionResetError, aiohttp.ClientConnectionResetError):
-        measured.error = "client disconnected"
+        measured.error = CLIENT_GONE
     return response
 
 

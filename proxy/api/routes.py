@@ -11,14 +11,20 @@ from typing import Any
 from aiohttp import web
 
 from proxy.api.errors import ApiError
-from proxy.api.relay import RelayTimeouts, relay
+from proxy.api.relay import CLIENT_GONE, Measurement, RelayTimeouts, relay
 from proxy.api.state import METRICS, POOL, ROUTER, SESSION, SETTINGS
 from proxy.api.validation import Endpoint, validate_body
 from proxy.backends.supervisor import BackendSaturatedError
 from proxy.log import get_logger
 from proxy.metrics import CONTENT_TYPE, RequestRecord
 from proxy.routing.policy import RoutableBackend, RouteChoice
-from proxy.routing.router import AUTO_MODEL, AUTO_TASK_MODELS, NoBackendError, UnknownModelError
+from proxy.routing.router import (
+    AUTO_MODEL,
+    AUTO_TASK_MODELS,
+    NoBackendError,
+    Router,
+    UnknownModelError,
+)
 from proxy.routing.scoreboard import Outcome
 
 log = get_logger("request")
@@ -55,6 +61,14 @@ async def _complete(request: web.Request, endpoint: Endpoint) -> web.StreamRespo
         raise
     finally:
         request.app[METRICS].observe(seen)
+
+
+def _learn(router: Router, backend: str, task: str, level: int, measured: Measurement) -> Outcome:
+    """Record an answer's measurements, a stream cut short by its client included."""
+    outcome = Outcome.from_timings(backend, task, level, measured.timings, measured.ttft_s)
+    if measured.status == 200 and measured.error in (None, CLIENT_GONE):
+        router.record(outcome)
+    return outcome
 
 
 def _choose(app: web.Application, model: str, task: str) -> tuple[RoutableBackend, RouteChoice]:
@@ -97,6 +111,11 @@ async def _serve(
         idle_s=settings.idle_timeout_s,
         whole_answer_s=settings.request_timeout_s,
     )
+    upstream_body = dict(body)
+    if body.get("stream"):
+        # Running timings in every chunk: a stream its client abandons still measured speed
+        # and acceptance up to that point, which the scoreboard learns from.
+        upstream_body.setdefault("timings_per_token", True)
     # An unreachable backend received nothing, so an unpinned request may try one other.
     for attempt in (1, 2):
         backend, choice = _choose(app, model, task)
@@ -109,16 +128,18 @@ async def _serve(
             "X-Specproxy-Route": choice.reason,
             "X-Request-Id": request_id,
         }
+        measured = Measurement()
         try:
             async with supervisor.slot():
-                response, measured = await relay(
+                response = await relay(
                     request,
                     app[SESSION],
                     backend.name,
                     supervisor.base_url + _PATHS[endpoint],
-                    {**body, "model": backend.name},
+                    {**upstream_body, "model": backend.name},
                     headers,
                     timeouts,
+                    measured,
                 )
             if measured.status == 502:  # failed mid-stream
                 supervisor.mark_down()
@@ -130,16 +151,16 @@ async def _serve(
                 code="backend_saturated",
                 headers={"Retry-After": "1"},
             ) from None
+        except asyncio.CancelledError:
+            _learn(router, backend.name, task, choice.level, measured)
+            raise
         except ApiError as exc:
             if exc.status == 502:
                 supervisor.mark_down()
             if exc.code != "backend_unreachable" or choice.reason == "pinned" or attempt == 2:
                 raise
     seen.measured, seen.status = measured, measured.status
-    timings = measured.timings
-    outcome = Outcome.from_timings(backend.name, task, choice.level, timings, measured.ttft_s)
-    if measured.status == 200 and measured.error is None:
-        router.record(outcome)
+    outcome = _learn(router, backend.name, task, choice.level, measured)
     log.info(
         "request",
         request_id=request_id,

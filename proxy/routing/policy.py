@@ -112,7 +112,10 @@ class RoutePolicy:
             ready, key=lambda b: (b.name in demoted, -estimates[b.name].tokens_per_s, b.in_flight)
         )
         best = ranked[0]
-        if len(ranked) > 1 and self.rng.random() < self.explore_share:
+        # On one device a probe next to busy backends would slow them and be measured under
+        # contention it did not cause, so it waits for an idle moment.
+        idle = self.spill_over or not any(b.in_flight for b in backends)
+        if len(ranked) > 1 and idle and self.rng.random() < self.explore_share:
             other = self._explore_target(ranked[1:], estimates[best.name], estimates)
             return RouteChoice(other.name, "explore", levels[other.name])
         fastest = max(ready, key=lambda b: estimates[b.name].tokens_per_s)
