@@ -195,11 +195,14 @@ def _llama_servers_busy(url: str, api_key: str | None) -> bool:
 
 
 def _wait_idle(url: str, timeout: float, api_key: str | None = None) -> bool:
-    """Wait until no backend has requests in flight (start-up calibration, cut requests)."""
+    """Wait until every backend is ready with nothing in flight (start-up, calibration, cuts)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         backends = _health(url).values()
-        busy = any(b.get("in_flight", 0) or b.get("queued", 0) for b in backends)
+        busy = not backends or any(
+            b.get("state") != "ready" or b.get("in_flight", 0) or b.get("queued", 0)
+            for b in backends
+        )
         if not busy and not _llama_servers_busy(url, api_key):
             return True
         time.sleep(0.5)
@@ -314,7 +317,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         backends, kinds, baseline = _discover(opts)
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        print(f"sweep: cannot read {opts.url}/v1/models: {exc}", file=sys.stderr)
+        print(
+            f"sweep: cannot read {opts.url}/v1/models: {exc}; is the proxy running? "
+            "Start it with `make serve` and wait for 'ready' (or pass --url)",
+            file=sys.stderr,
+        )
         return 2
     plan = [(t, lv, b) for t in opts.tasks for lv in opts.levels for b in backends]
     bound = len(plan) * (opts.seconds + opts.drain + _CELL_OVERHEAD_S) / 60
@@ -330,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for i, (task, level, backend) in enumerate(plan, 1):
             if opts.warm_up and (i == 1 or plan[i - 2][0] != task):
+                _wait_idle(opts.url, opts.idle_timeout, opts.api_key)
                 print(f"warming the backends' prompt caches for {task} ...", flush=True)
                 warm_prompt_caches(opts, task, backends)
             if not _wait_idle(opts.url, opts.idle_timeout, opts.api_key):

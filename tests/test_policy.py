@@ -138,6 +138,20 @@ def test_no_exploring_next_to_busy_backends_on_a_shared_device() -> None:
     assert "explore" in {separate.choose("prose", backends).reason for _ in range(200)}  # type: ignore[union-attr]
 
 
+def test_load_level_counts_the_whole_device_unless_backends_spill_over() -> None:
+    board = Scoreboard()
+    measure(board, "plain", "code", 30, level=1)
+    measure(board, "plain", "code", 12, level=4)
+    measure(board, "ngram", "code", 28, level=1)
+    measure(board, "ngram", "code", 6, level=4)
+    plain, ngram = Backend("plain", in_flight=3), Backend("ngram", "ngram-mod")
+    shared = RoutePolicy(board, explore_share=0).choose("code", [plain, ngram])
+    # ngram is idle, but it would run beside three busy plain streams: level 4, where it loses.
+    assert shared is not None and (shared.backend, shared.level) == ("plain", 4)
+    separate = RoutePolicy(board, explore_share=0, spill_over=True).choose("code", [plain, ngram])
+    assert separate is not None and (separate.backend, separate.level) == ("ngram", 1)
+
+
 def test_busy_fastest_backend_is_queued_at_unless_backends_spill_over() -> None:
     board = Scoreboard()
     measure(board, "plain", "code", 30)

@@ -86,6 +86,17 @@ class RoutePolicy:
         self.spill_over = spill_over
         self.rng = rng or random.Random()
 
+    def level(self, backend: RoutableBackend, backends: Sequence[RoutableBackend]) -> int:
+        """The load level a new request on `backend` runs at.
+
+        Backends on one device share its compute, so the level counts every request in flight
+        there: a request on an idle n-gram backend next to four busy plain streams does not run
+        at level 1. On separate devices only the backend's own requests count.
+        """
+        if self.spill_over:
+            return load_level(backend.in_flight + 1)
+        return load_level(sum(b.in_flight for b in backends) + 1)
+
     def choose(self, task: str, backends: Sequence[RoutableBackend]) -> RouteChoice | None:
         """A backend for an `auto` request, or None when no backend is ready."""
         ready = [b for b in backends if b.ready]
@@ -98,7 +109,7 @@ class RoutePolicy:
             ready = [b for b in ready if not b.saturated] or ready
         else:
             ready = [b for b in ready if not b.queue_full] or ready
-        levels = {b.name: load_level(b.in_flight + 1) for b in ready}
+        levels = {b.name: self.level(b, backends) for b in ready}
         if len(ready) == 1:
             return RouteChoice(ready[0].name, "only_healthy", levels[ready[0].name])
         estimates: dict[str, Estimate] = {}

@@ -7,7 +7,7 @@ from typing import Any
 
 from proxy.routing.classifier import TASK_CLASSES, TaskClassifier
 from proxy.routing.policy import RoutableBackend, RouteChoice, RoutePolicy
-from proxy.routing.scoreboard import Outcome, Scoreboard, load_level
+from proxy.routing.scoreboard import Outcome, Scoreboard
 
 AUTO_MODEL = "auto"
 AUTO_TASK_MODELS = {f"auto-{task}": task for task in TASK_CLASSES}
@@ -49,7 +49,7 @@ class Router:
             pinned = by_name[model]
             if not pinned.ready:
                 raise NoBackendError(f"backend {model!r} is not ready")
-            return pinned, RouteChoice(model, "pinned", load_level(pinned.in_flight + 1))
+            return pinned, RouteChoice(model, "pinned", self.policy.level(pinned, backends))
         if model != AUTO_MODEL and model not in AUTO_TASK_MODELS:
             raise UnknownModelError(model)
         choice = self.policy.choose(task, backends)
