@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.measure import RunSummary
+from loadtests.measure import RunSummary, Sample, stream_rate, summarise
 from loadtests.prompts import PROMPTS
 from loadtests.report import Cell, verdict
 from proxy.routing.classifier import TaskClassifier
@@ -128,3 +128,15 @@ def test_verdict_says_up_to_which_concurrency_speculation_pays() -> None:
     assert "Speculation pays up to 2 concurrent streams on this hardware (ngram)" in lines[0]
     assert "- ngram: ×1.40 at 1, ×1.11 at 2, ×0.97 at 4, ×0.88 at 8 → pays up to 2" in lines[2]
     assert lines[3].endswith("→ never pays")
+
+
+def test_a_cut_stream_gets_its_speed_from_what_the_client_received() -> None:
+    done = Sample(0.0, "code", "plain", True, end=5.0, outcome="ok", tokens=40, tokens_per_s=12.5)
+    cut = Sample(0.0, "code", "plain", True, end=8.0, tokens=21, ttft_s=2.0, last_token_s=6.0)
+    barely = Sample(0.0, "code", "plain", True, end=8.0, tokens=2, ttft_s=7.0, last_token_s=7.5)
+    assert stream_rate(done) == 12.5  # llama.cpp's own figure wins
+    assert stream_rate(cut) == 5.0  # 20 tokens after the first, in 4 s
+    assert stream_rate(barely) is None  # too few tokens to say
+    summary = summarise([done, cut, barely])
+    assert summary.per_stream_tps == pytest.approx(8.75)
+    assert (summary.requests, summary.cut, summary.tokens) == (1, 2, 63)
