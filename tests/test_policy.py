@@ -131,7 +131,13 @@ def test_no_exploring_next_to_busy_backends_on_a_shared_device() -> None:
     board = Scoreboard()
     measure(board, "plain", "prose", 30)
     measure(board, "ngram", "prose", 29)
-    backends = [Backend("plain", in_flight=1), Backend("ngram", "ngram-mod")]
+    measure(board, "draft", "prose", 25)
+    # Two busy backends (pinned traffic), so the policy still ranks rather than joining one.
+    backends = [
+        Backend("plain", in_flight=1),
+        Backend("ngram", "ngram-mod", in_flight=1),
+        Backend("draft", "draft-simple"),
+    ]
     shared = RoutePolicy(board, explore_share=0.5, rng=random.Random(1))
     assert {shared.choose("prose", backends).reason for _ in range(200)} == {"fastest"}  # type: ignore[union-attr]
     separate = RoutePolicy(board, explore_share=0.5, spill_over=True, rng=random.Random(1))
@@ -144,12 +150,27 @@ def test_load_level_counts_the_whole_device_unless_backends_spill_over() -> None
     measure(board, "plain", "code", 12, level=4)
     measure(board, "ngram", "code", 28, level=1)
     measure(board, "ngram", "code", 6, level=4)
-    plain, ngram = Backend("plain", in_flight=3), Backend("ngram", "ngram-mod")
+    # Pinned traffic keeps both busy: three requests on the device, so the next runs at level 4.
+    plain, ngram = Backend("plain", in_flight=2), Backend("ngram", "ngram-mod", in_flight=1)
     shared = RoutePolicy(board, explore_share=0).choose("code", [plain, ngram])
-    # ngram is idle, but it would run beside three busy plain streams: level 4, where it loses.
     assert shared is not None and (shared.backend, shared.level) == ("plain", 4)
     separate = RoutePolicy(board, explore_share=0, spill_over=True).choose("code", [plain, ngram])
-    assert separate is not None and (separate.backend, separate.level) == ("ngram", 1)
+    assert separate is not None and (separate.backend, separate.level) == ("ngram", 2)
+
+
+def test_requests_join_the_busy_backend_on_a_shared_device() -> None:
+    board = Scoreboard()
+    measure(board, "plain", "echo", 20)
+    measure(board, "ngram", "echo", 40)
+    plain, ngram = Backend("plain", in_flight=1), Backend("ngram", "ngram-mod")
+    shared = RoutePolicy(board, explore_share=0).choose("echo", [plain, ngram])
+    assert shared is not None and (shared.backend, shared.reason, shared.level) == (
+        "plain",
+        "join_batch",
+        2,
+    )
+    separate = RoutePolicy(board, explore_share=0, spill_over=True).choose("echo", [plain, ngram])
+    assert separate is not None and (separate.backend, separate.reason) == ("ngram", "fastest")
 
 
 def test_busy_fastest_backend_is_queued_at_unless_backends_spill_over() -> None:
