@@ -160,8 +160,9 @@ def test_load_level_counts_the_whole_device_unless_backends_spill_over() -> None
 
 def test_requests_join_the_busy_backend_on_a_shared_device() -> None:
     board = Scoreboard()
-    measure(board, "plain", "echo", 20)
+    measure(board, "plain", "echo", 36)
     measure(board, "ngram", "echo", 40)
+    measure(board, "draft", "echo", 15)
     plain, ngram = Backend("plain", in_flight=1), Backend("ngram", "ngram-mod")
     shared = RoutePolicy(board, explore_share=0).choose("echo", [plain, ngram])
     assert shared is not None and (shared.backend, shared.reason, shared.level) == (
@@ -171,6 +172,11 @@ def test_requests_join_the_busy_backend_on_a_shared_device() -> None:
     )
     separate = RoutePolicy(board, explore_share=0, spill_over=True).choose("echo", [plain, ngram])
     assert separate is not None and (separate.backend, separate.reason) == ("ngram", "fastest")
+    # A clearly slower busy backend (an exploration probe on the draft) is not joined.
+    probed = Backend("draft", "draft-simple", in_flight=1)
+    idle = [Backend("plain"), Backend("ngram", "ngram-mod"), probed]
+    left = RoutePolicy(board, explore_share=0).choose("echo", idle)
+    assert left is not None and (left.backend, left.reason) == ("ngram", "fastest")
 
 
 def test_busy_fastest_backend_is_queued_at_unless_backends_spill_over() -> None:

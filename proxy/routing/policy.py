@@ -14,6 +14,10 @@ RouteReason = Literal[
 ]
 
 
+# On a shared device, how much slower than the best a busy backend may be and still be joined.
+JOIN_MARGIN = 0.2
+
+
 class RoutableBackend(Protocol):
     """What the policy needs to know about a backend."""
 
@@ -111,13 +115,6 @@ class RoutePolicy:
             ready = [b for b in ready if not b.saturated] or ready
         else:
             ready = [b for b in ready if not b.queue_full] or ready
-            # Two llama-server processes decoding at once on one device fight over it (measured
-            # on 2 cores: 4 streams split over two backends made 3 tokens/s, 12 on either one
-            # alone), so while one backend is busy new requests join its batch.
-            busy = [b for b in ready if b.in_flight]
-            if len(busy) == 1:
-                return RouteChoice(busy[0].name, "join_batch", self.level(busy[0], backends))
-            ready = busy or ready
         levels = {b.name: self.level(b, backends) for b in ready}
         if len(ready) == 1:
             return RouteChoice(ready[0].name, "only_healthy", levels[ready[0].name])
@@ -132,6 +129,16 @@ class RoutePolicy:
             ready, key=lambda b: (b.name in demoted, -estimates[b.name].tokens_per_s, b.in_flight)
         )
         best = ranked[0]
+        if not self.spill_over:
+            # Two llama-server processes decoding at once on one device fight over it (measured
+            # on 2 cores: 4 streams split over plain and ngram made 3 tokens/s, 12 on either
+            # alone), so a request joins a busy backend's batch unless that one is clearly
+            # slower; a clearly slower one then drains, since nothing new joins it.
+            busy = [b for b in ranked if b.in_flight and b.name not in demoted]
+            if busy and busy[0] is not best:
+                joined = estimates[busy[0].name].tokens_per_s
+                if joined >= (1 - JOIN_MARGIN) * estimates[best.name].tokens_per_s:
+                    return RouteChoice(busy[0].name, "join_batch", levels[busy[0].name])
         # On one device a probe next to busy backends would slow them and be measured under
         # contention it did not cause, so it waits for an idle moment.
         idle = self.spill_over or not any(b.in_flight for b in backends)
