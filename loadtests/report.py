@@ -189,6 +189,11 @@ def auto_lines(cells: Sequence[Cell], task: str, levels: Sequence[int]) -> list[
     return lines
 
 
+def failed_cell(summary: RunSummary) -> bool:
+    """A cell with failed requests, or one that produced no token at all."""
+    return bool(summary.failures) or summary.tokens == 0
+
+
 def write_markdown(path: Path, cells: Sequence[Cell], setup: SweepSetup) -> None:
     """Per task class: a table of tokens/s, the verdict and what auto did."""
     levels = sorted({c.concurrency for c in cells})
@@ -225,13 +230,13 @@ def write_markdown(path: Path, cells: Sequence[Cell], setup: SweepSetup) -> None
         else:
             out += verdict(cells, task, setup.baseline, speculative, levels, setup.margin)
         out += auto_lines(cells, task, levels)
-    failed = [c for c in cells if c.summary.failures or not c.summary.requests]
+    failed = [c for c in cells if failed_cell(c.summary)]
     if failed:
         out += ["", "## Failures", ""]
         out += [
             f"- {c.task} / {c.backend} / ×{c.concurrency}: {c.summary.failures} failed of "
-            f"{c.summary.requests}, first: `{c.summary.first_error}` "
-            f"(see cells/{c.task}-{c.backend}-c{c.concurrency}.log)"
+            f"{c.summary.requests}, {c.summary.tokens} tokens, first error: "
+            f"`{c.summary.first_error}` (see cells/{c.task}-{c.backend}-c{c.concurrency}.log)"
             for c in failed
         ]
     path.write_text("\n".join(out) + "\n")

@@ -19,7 +19,15 @@ from typing import Any
 
 from loadtests.measure import RunSummary, read_samples, summarise
 from loadtests.prompts import PROMPTS
-from loadtests.report import AUTO, Cell, SweepSetup, write_csv, write_markdown, write_plot
+from loadtests.report import (
+    AUTO,
+    Cell,
+    SweepSetup,
+    failed_cell,
+    write_csv,
+    write_markdown,
+    write_plot,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
@@ -360,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{took:.1f} min; report: {opts.out / 'report.md'}, {opts.out / 'tokens_per_s.png'}")
     if interrupted:
         return 130
-    return 1 if any(c.summary.failures or not c.summary.requests for c in cells) else 0
+    return 1 if any(failed_cell(c.summary) for c in cells) else 0
 
 
 if __name__ == "__main__":
