@@ -22,7 +22,6 @@ from proxy.routing.router import (
     AUTO_MODEL,
     AUTO_TASK_MODELS,
     NoBackendError,
-    Router,
     UnknownModelError,
 )
 from proxy.routing.scoreboard import Outcome
@@ -63,12 +62,41 @@ async def _complete(request: web.Request, endpoint: Endpoint) -> web.StreamRespo
         request.app[METRICS].observe(seen)
 
 
-def _learn(router: Router, backend: str, task: str, level: int, measured: Measurement) -> Outcome:
-    """Record an answer's measurements, a stream cut short by its client included."""
-    outcome = Outcome.from_timings(backend, task, level, measured.timings, measured.ttft_s)
+def _finish(
+    request: web.Request,
+    request_id: str,
+    endpoint: Endpoint,
+    body: dict[str, Any],
+    backend: str,
+    task: str,
+    choice: RouteChoice,
+    measured: Measurement,
+) -> None:
+    """Record what an answer measured (a stream its client left included) and log one line."""
+    outcome = Outcome.from_timings(backend, task, choice.level, measured.timings, measured.ttft_s)
     if measured.status == 200 and measured.error in (None, CLIENT_GONE):
-        router.record(outcome)
-    return outcome
+        request.app[ROUTER].record(outcome)
+    log.info(
+        "request",
+        request_id=request_id,
+        endpoint=endpoint,
+        backend=backend,
+        task=task,
+        route=choice.reason,
+        # Not `level`: that key is the log line's severity.
+        load_level=choice.level,
+        status=499 if measured.error == CLIENT_GONE else measured.status,
+        stream=bool(body.get("stream")),
+        tokens=outcome.predicted_n,
+        tokens_per_s=round(outcome.tokens_per_s, 1) if outcome.tokens_per_s else None,
+        acceptance=round(outcome.draft_n_accepted / outcome.draft_n, 3)
+        if outcome.draft_n
+        else None,
+        ttft_s=round(measured.ttft_s, 3) if measured.ttft_s is not None else None,
+        duration_s=round(measured.duration_s, 3),
+        error=measured.error,
+        **({"body": body} if request.app[SETTINGS].log_prompts else {}),
+    )
 
 
 def _choose(app: web.Application, model: str, task: str) -> tuple[RoutableBackend, RouteChoice]:
@@ -152,7 +180,8 @@ async def _serve(
                 headers={"Retry-After": "1"},
             ) from None
         except asyncio.CancelledError:
-            _learn(router, backend.name, task, choice.level, measured)
+            measured.error = measured.error or CLIENT_GONE
+            _finish(request, request_id, endpoint, body, backend.name, task, choice, measured)
             raise
         except ApiError as exc:
             if exc.status == 502:
@@ -160,27 +189,7 @@ async def _serve(
             if exc.code != "backend_unreachable" or choice.reason == "pinned" or attempt == 2:
                 raise
     seen.measured, seen.status = measured, measured.status
-    outcome = _learn(router, backend.name, task, choice.level, measured)
-    log.info(
-        "request",
-        request_id=request_id,
-        endpoint=endpoint,
-        backend=backend.name,
-        task=task,
-        route=choice.reason,
-        level=choice.level,
-        status=measured.status,
-        stream=bool(body.get("stream")),
-        tokens=outcome.predicted_n,
-        tokens_per_s=round(outcome.tokens_per_s, 1) if outcome.tokens_per_s else None,
-        acceptance=round(outcome.draft_n_accepted / outcome.draft_n, 3)
-        if outcome.draft_n
-        else None,
-        ttft_s=round(measured.ttft_s, 3) if measured.ttft_s is not None else None,
-        duration_s=round(measured.duration_s, 3),
-        error=measured.error,
-        **({"body": body} if app[SETTINGS].log_prompts else {}),
-    )
+    _finish(request, request_id, endpoint, body, backend.name, task, choice, measured)
     return response
 
 
