@@ -163,9 +163,14 @@ def parse_options(argv: list[str] | None) -> SweepOptions:
     )
 
 
+def _auth(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
 def _get_json(url: str, api_key: str | None = None) -> Any:
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as resp:
+    with urllib.request.urlopen(
+        urllib.request.Request(url, headers=_auth(api_key)), timeout=10
+    ) as resp:
         return json.load(resp)
 
 
@@ -188,9 +193,8 @@ def _llama_servers_busy(url: str, api_key: str | None) -> bool:
     is in first; a long speculative verification on a CPU can take seconds, and the next cell
     would share the cores with it.
     """
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        request = urllib.request.Request(f"{url}/metrics", headers=headers)
+        request = urllib.request.Request(f"{url}/metrics", headers=_auth(api_key))
         with urllib.request.urlopen(request, timeout=10) as resp:
             text = resp.read().decode()
     except (OSError, ValueError):
@@ -225,9 +229,7 @@ def warm_prompt_caches(opts: SweepOptions, task: str, backends: list[str]) -> No
     llama-server keeps processed prompts (slots plus its RAM cache), so the cells then measure
     generation under load rather than who saw a prompt first.
     """
-    headers = {"Content-Type": "application/json"}
-    if opts.api_key:
-        headers["Authorization"] = f"Bearer {opts.api_key}"
+    headers = {"Content-Type": "application/json", **_auth(opts.api_key)}
     for backend in backends:
         if backend == AUTO or backend.startswith(f"{AUTO}-"):
             continue

@@ -36,6 +36,20 @@ class Measurement:
     duration_s: float = 0.0
     timings: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    # A stream's latest SSE line with timings, parsed once when the request ends: every chunk
+    # carries running timings, and decoding each one would put JSON parsing in the relay loop.
+    timings_event: bytes = b""
+
+    def settle(self) -> None:
+        """Parse the last timings a stream carried into `timings`."""
+        line, self.timings_event = self.timings_event, b""
+        try:
+            event = json.loads(line[6:]) if line else None
+        except ValueError:
+            return
+        timings = event.get("timings") if isinstance(event, dict) else None
+        if isinstance(timings, dict) and timings:
+            self.timings = timings
 
 
 def _upstream_down(backend: str, exc: BaseException) -> ApiError:
@@ -103,6 +117,7 @@ async def relay(
             )
     finally:
         measured.duration_s = time.monotonic() - start
+        measured.settle()
         # close(), not release(): a half-read answer must drop the connection, which is what
         # tells llama-server to stop generating and free the slot.
         upstream.close()
@@ -205,14 +220,10 @@ async def _relay_stream(
 
 
 def _scan_events(buffer: bytes, measured: Measurement) -> bytes:
-    """Pick timings out of complete SSE lines; return the incomplete tail."""
+    """Keep the latest complete SSE line that carries timings; return the incomplete tail."""
     *lines, tail = buffer.split(b"\n")
-    for line in lines:
+    for line in reversed(lines):
         if line.startswith(b"data: {") and b'"timings"' in line:
-            try:
-                event = json.loads(line[6:])
-            except ValueError:
-                continue
-            if isinstance(event, dict):
-                measured.timings = event.get("timings") or measured.timings
+            measured.timings_event = line
+            break
     return tail
