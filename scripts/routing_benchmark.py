@@ -130,6 +130,20 @@ def tps(samples: list[Sample]) -> float:
     return sum(s.tokens for s in samples) / seconds if seconds else 0.0
 
 
+def bootstrap(auto: list[Sample], pinned: list[Sample], rounds: int = 2000) -> tuple[float, ...]:
+    """Resample prompts: the share of resamples where auto is faster, and the 5-95 % ratio range.
+
+    The two lists are aligned by prompt, so each resample compares both on the same prompts.
+    """
+    rng = random.Random(0)
+    ratios = sorted(
+        tps([auto[i] for i in idx]) / tps([pinned[i] for i in idx])
+        for idx in (rng.choices(range(len(auto)), k=len(auto)) for _ in range(rounds))
+    )
+    wins = sum(r > 1 for r in ratios) / rounds
+    return wins, ratios[rounds // 20], ratios[-rounds // 20]
+
+
 def serve_phase(
     config: Path | None, port: int, jobs: list[tuple[str, str]], tokens: int, auto: bool
 ) -> dict[str, list[Sample]]:
@@ -202,12 +216,19 @@ def main() -> None:
     )
     # The two phases ran minutes apart on a shared machine; pricing each of auto's choices at
     # what that backend measured for the same prompt in the pinned phase removes that drift.
-    priced = tps([results[s.backend][i] for i, s in enumerate(results["auto"])])
-    beats = all(priced > tps(results[b]) for b in backends)
+    priced = [results[s.backend][i] for i, s in enumerate(results["auto"])]
+    beats = all(tps(priced) > tps(results[b]) for b in backends)
     print(
-        f"auto's choices at the pinned phase's speeds: {priced:.1f} t/s = {priced / oracle:.1%} "
-        f"of the oracle; above every pinned backend: {beats}"
+        f"auto's choices at the pinned phase's speeds: {tps(priced):.1f} t/s = "
+        f"{tps(priced) / oracle:.1%} of the oracle; above every pinned backend: {beats}"
     )
+    # How sure: which prompts happened to be in the workload matters as much as timing noise.
+    for b in backends:
+        wins, low, high = bootstrap(priced, results[b])
+        print(
+            f"  priced auto / {b}: {tps(priced) / tps(results[b]):.3f} "
+            f"(90% bootstrap interval over prompts {low:.3f}-{high:.3f}; faster in {wins:.0%})"
+        )
 
 
 if __name__ == "__main__":
