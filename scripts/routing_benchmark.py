@@ -1,12 +1,13 @@
 """Routing benchmark: a mixed workload through `auto` against every backend pinned and the oracle.
 
-Two proxy lifetimes on the same config (default: the embedded CPU config), each with a fresh
-scoreboard and its own calibration: the first serves the workload through `auto` only, the second
-sends each prompt to every backend pinned, in rotating order, so drift in the machine's speed hits
-every backend alike. Separate lifetimes keep the backends' memories apart: ngram-mod remembers
-every prompt and answer it has seen, so a prompt it already served comes back faster. The oracle
-is the best pinned backend per task class; auto is reported as measured and with each of its
-choices priced at what that backend measured for the same prompt in the pinned phase. Prints a
+Two proxies on the same config (default: the embedded CPU config) run side by side, each with its
+own backends, fresh scoreboard and calibration: one serves the workload through `auto`, the other
+takes each prompt pinned to every backend. One request runs at a time and the order of auto and
+the pinned backends rotates from prompt to prompt, so drift in the machine's speed hits every mode
+alike. Separate backends keep their memories apart: ngram-mod remembers every prompt and answer it
+has seen, so a prompt it already served comes back faster. The oracle is the best pinned backend
+per task class; auto is reported as measured and with each of its choices priced at what that
+backend measured pinned for the same prompt, with bootstrap intervals over the prompts. Prints a
 Markdown table; not a test (timings on a shared machine are noisy).
 
     .venv/bin/python scripts/routing_benchmark.py [--config FILE] [--tokens 64]
@@ -144,28 +145,40 @@ def bootstrap(auto: list[Sample], pinned: list[Sample], rounds: int = 2000) -> t
     return wins, ratios[rounds // 20], ratios[-rounds // 20]
 
 
-def serve_phase(
-    config: Path | None, port: int, jobs: list[tuple[str, str]], tokens: int, auto: bool
+def run_workload(
+    config: Path | None, port: int, jobs: list[tuple[str, str]], tokens: int
 ) -> dict[str, list[Sample]]:
-    """A fresh proxy (scoreboard, backends, ngram memory): auto alone, or every backend pinned.
+    """Each prompt through `auto` on one proxy and pinned to every backend on another.
 
-    Pinned, each prompt goes to every backend in turn (the order rotating from prompt to
-    prompt), so a machine that slows down over minutes slows every backend alike.
+    Two proxies, each with its own backends and fresh scoreboard, so auto's backends never see
+    the pinned requests (ngram-mod remembers every prompt and answer). Both stay up for the whole
+    run, only one request runs at a time, and the order of auto and the pinned backends rotates
+    from prompt to prompt, so a machine that slows down over minutes slows every mode alike.
     """
-    workdir = Path(tempfile.mkdtemp(prefix="specproxy-routing-"))
-    proc, _ = start_proxy(config, port, workdir)
+    workdirs = [Path(tempfile.mkdtemp(prefix="specproxy-routing-")) for _ in range(2)]
+    procs: list[subprocess.Popen[str]] = []
     try:
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", timeout=600)
-        modes = ["auto"] if auto else [m.id for m in client.models.list() if "auto" not in m.id]
+        # One after the other: a calibration measured while the other proxy calibrates is wrong.
+        for i, workdir in enumerate(workdirs):
+            procs.append(start_proxy(config, port + i, workdir)[0])
+        auto_client, pinned_client = (
+            openai.OpenAI(base_url=f"http://127.0.0.1:{port + i}/v1", api_key="x", timeout=600)
+            for i in range(2)
+        )
+        backends = [m.id for m in pinned_client.models.list() if "auto" not in m.id]
+        modes = ["auto", *backends]
         results: dict[str, list[Sample]] = {mode: [] for mode in modes}
         for i, (task, prompt) in enumerate(jobs):
-            print(f"{'auto' if auto else 'pinned'}: {i + 1}/{len(jobs)}", file=sys.stderr)
+            print(f"prompt {i + 1}/{len(jobs)}", file=sys.stderr)
             for mode in modes[i % len(modes) :] + modes[: i % len(modes)]:
+                client = auto_client if mode == "auto" else pinned_client
                 results[mode].append(run_one(client, mode, task, prompt, tokens))
         return results
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            proc.wait(60)
 
 
 def main() -> None:
@@ -176,8 +189,7 @@ def main() -> None:
     args = parser.parse_args()
     jobs = [(t, p) for t, ps in WORKLOAD.items() for p in ps]
     random.Random(1).shuffle(jobs)
-    results = serve_phase(args.config, args.port, jobs, args.tokens, auto=True)
-    results |= serve_phase(args.config, args.port, jobs, args.tokens, auto=False)
+    results = run_workload(args.config, args.port, jobs, args.tokens)
     backends = [m for m in results if m != "auto"]
     tasks = list(WORKLOAD)
 
@@ -214,21 +226,22 @@ def main() -> None:
         f"auto = {tps(results['auto']) / oracle:.1%} of the oracle; "
         f"above every pinned backend: {beats}"
     )
-    # The two phases ran minutes apart on a shared machine; pricing each of auto's choices at
-    # what that backend measured for the same prompt in the pinned phase removes that drift.
+    # Timing noise aside, what auto's choices are worth: each priced at what the pinned backend it
+    # chose measured for the same prompt.
     priced = [results[s.backend][i] for i, s in enumerate(results["auto"])]
     beats = all(tps(priced) > tps(results[b]) for b in backends)
     print(
-        f"auto's choices at the pinned phase's speeds: {tps(priced):.1f} t/s = "
-        f"{tps(priced) / oracle:.1%} of the oracle; above every pinned backend: {beats}"
+        f"auto's choices at the pinned backends' speeds for the same prompts: {tps(priced):.1f} "
+        f"t/s = {tps(priced) / oracle:.1%} of the oracle; above every pinned backend: {beats}"
     )
     # How sure: which prompts happened to be in the workload matters as much as timing noise.
-    for b in backends:
-        wins, low, high = bootstrap(priced, results[b])
-        print(
-            f"  priced auto / {b}: {tps(priced) / tps(results[b]):.3f} "
-            f"(90% bootstrap interval over prompts {low:.3f}-{high:.3f}; faster in {wins:.0%})"
-        )
+    for label, auto in (("auto", results["auto"]), ("priced auto", priced)):
+        for b in backends:
+            wins, low, high = bootstrap(auto, results[b])
+            print(
+                f"  {label} / {b}: {tps(auto) / tps(results[b]):.3f} (90% bootstrap interval "
+                f"over prompts {low:.3f}-{high:.3f}; faster in {wins:.0%} of resamples)"
+            )
 
 
 if __name__ == "__main__":
