@@ -176,6 +176,13 @@ class Settings(BaseSettings):
         le=0.5,
         description="share of auto requests sent to a non-best backend",
     )
+    speculation_margin: float = Field(
+        default=0.05,
+        ge=0.0,
+        le=1.0,
+        description="how much faster than plain decoding a speculative backend must measure "
+        "for auto to prefer it (0.05: 5 %)",
+    )
     spill_over: bool = Field(
         default=False,
         description="backends run on separate devices: auto skips one whose slots are all busy "

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from proxy.routing.policy import RoutePolicy, break_even_acceptance, speedup
+from proxy.routing.policy import RouteChoice, RoutePolicy, break_even_acceptance, speedup
 from proxy.routing.scoreboard import Outcome, Scoreboard, load_level
 
 
@@ -59,6 +59,28 @@ def test_fastest_backend_for_the_task_wins() -> None:
     policy = RoutePolicy(board, explore_share=0)
     assert policy.choose("code", [plain, ngram]).backend == "plain"  # type: ignore[union-attr]
     assert policy.choose("echo", [plain, ngram]).backend == "ngram"  # type: ignore[union-attr]
+
+
+def test_speculation_has_to_win_by_more_than_the_margin() -> None:
+    board = Scoreboard()
+    plain, ngram = Backend("plain"), Backend("ngram", "ngram-mod")
+    measure(board, "plain", "echo", 10.0)
+    measure(board, "ngram", "echo", 10.4)  # a near-tie, as on 2 CPU cores
+    measure(board, "plain", "code", 10.0)
+    measure(board, "ngram", "code", 10.6)
+    policy = RoutePolicy(board, explore_share=0)
+    choice = policy.choose("echo", [plain, ngram])
+    assert choice is not None and (choice.backend, choice.reason) == ("plain", "within_margin")
+    choice = policy.choose("code", [plain, ngram])
+    assert choice is not None and (choice.backend, choice.reason) == ("ngram", "fastest")
+    # Without plain decoding to compare with, the faster speculative backend simply wins.
+    draft = Backend("draft", "draft-simple")
+    measure(board, "draft", "echo", 10.2)
+    choice = policy.choose("echo", [draft, ngram])
+    assert choice is not None and (choice.backend, choice.reason) == ("ngram", "fastest")
+    assert RoutePolicy(board, explore_share=0, speculation_margin=0).choose(
+        "echo", [plain, ngram]
+    ) == RouteChoice("ngram", "fastest", 1)
 
 
 def test_unmeasured_backends_are_tried_first_and_unready_ones_never() -> None:

@@ -37,7 +37,10 @@ def build_app(settings: Settings, specs: list[LaunchSpec]) -> web.Application:
     app[SETTINGS] = settings
     scoreboard = Scoreboard()
     policy = RoutePolicy(
-        scoreboard, explore_share=settings.explore_share, spill_over=settings.spill_over
+        scoreboard,
+        explore_share=settings.explore_share,
+        spill_over=settings.spill_over,
+        speculation_margin=settings.speculation_margin,
     )
     app[ROUTER] = Router(TaskClassifier(), policy, scoreboard)
     app[METRICS] = ProxyMetrics({s.config.name: s.config.spec_type for s in specs}, scoreboard)

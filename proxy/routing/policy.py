@@ -10,7 +10,14 @@ from typing import Literal, Protocol
 from proxy.routing.scoreboard import Estimate, Scoreboard, load_level
 
 RouteReason = Literal[
-    "pinned", "fastest", "unmeasured", "explore", "demoted", "only_healthy", "join_batch"
+    "pinned",
+    "fastest",
+    "unmeasured",
+    "explore",
+    "demoted",
+    "only_healthy",
+    "join_batch",
+    "within_margin",
 ]
 
 
@@ -87,11 +94,13 @@ class RoutePolicy:
         scoreboard: Scoreboard,
         explore_share: float = 0.05,
         spill_over: bool = False,
+        speculation_margin: float = 0.05,
         rng: random.Random | None = None,
     ) -> None:
         self.scoreboard = scoreboard
         self.explore_share = explore_share
         self.spill_over = spill_over
+        self.speculation_margin = speculation_margin
         self.rng = rng or random.Random()
 
     def level(self, backend: RoutableBackend, backends: Sequence[RoutableBackend]) -> int:
@@ -127,9 +136,15 @@ class RoutePolicy:
                 return RouteChoice(b.name, "unmeasured", levels[b.name])
             estimates[b.name] = est
         demoted = {b.name for b in ready if self._below_break_even(b, ready, estimates)}
-        ranked = sorted(
-            ready, key=lambda b: (b.name in demoted, -estimates[b.name].tokens_per_s, b.in_flight)
-        )
+        plain = any(b.spec_type is None for b in ready)
+
+        def credited(b: RoutableBackend) -> float:
+            # Speculation must win by more than the noise: its speed swings with how
+            # predictable each prompt is, and a rejected draft costs compute the device shares.
+            tps = estimates[b.name].tokens_per_s
+            return tps / (1 + self.speculation_margin) if plain and b.spec_type else tps
+
+        ranked = sorted(ready, key=lambda b: (b.name in demoted, -credited(b), b.in_flight))
         best = ranked[0]
         if not self.spill_over:
             # Two llama-server processes decoding at once on one device fight over it (measured
@@ -150,7 +165,11 @@ class RoutePolicy:
             other = self._explore_target(ranked[1:], estimates[best.name], estimates)
             return RouteChoice(other.name, "explore", levels[other.name])
         fastest = max(ready, key=lambda b: estimates[b.name].tokens_per_s)
-        reason: RouteReason = "demoted" if fastest.name in demoted else "fastest"
+        reason: RouteReason = "fastest"
+        if fastest.name in demoted:
+            reason = "demoted"
+        elif fastest.name != best.name and estimates[fastest.name].tokens_per_s > credited(best):
+            reason = "within_margin"
         return RouteChoice(best.name, reason, levels[best.name])
 
     def _single_stream(self, backend: str, task: str) -> float:
