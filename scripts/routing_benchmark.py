@@ -76,9 +76,8 @@ WORKLOAD: dict[str, list[str]] = {
 }
 
 
-def start_proxy(
-    config: Path | None, port: int, workdir: Path
-) -> tuple[subprocess.Popen[str], Path]:
+def start_proxy(config: Path | None, port: int, workdir: Path) -> subprocess.Popen[str]:
+    """A proxy on `port` with its log and scoreboard in `workdir`, once its calibration is done."""
     log = workdir / "proxy.log"
     env = {
         **os.environ,
@@ -95,7 +94,7 @@ def start_proxy(
         if proc.poll() is not None:
             raise SystemExit(f"proxy exited:\n{log.read_text()[-2000:]}")
         time.sleep(1)
-    return proc, log
+    return proc
 
 
 @dataclass(frozen=True)
@@ -160,7 +159,7 @@ def run_workload(
     try:
         # One after the other: a calibration measured while the other proxy calibrates is wrong.
         for i, workdir in enumerate(workdirs):
-            procs.append(start_proxy(config, port + i, workdir)[0])
+            procs.append(start_proxy(config, port + i, workdir))
         auto_client, pinned_client = (
             openai.OpenAI(base_url=f"http://127.0.0.1:{port + i}/v1", api_key="x", timeout=600)
             for i in range(2)
