@@ -62,6 +62,11 @@ class BackendConfig(BaseModel):
     draft_gpu_layers: GpuLayers | None = None
     draft_device: str | None = None
     threads: int | None = Field(default=None, ge=1)
+    device: str | None = Field(
+        default=None,
+        description="the device it decodes on, shared with the backends that name the same one "
+        "(default: cpu, or cuda:0 when gpu_layers offloads layers; an external url its own)",
+    )
     ctx_size: int = Field(default=4096, ge=128)
     parallel: int = Field(default=1, ge=1, le=256)
     max_concurrency: int | None = Field(
@@ -119,9 +124,32 @@ class BackendConfig(BaseModel):
         return self.kind
 
     @property
+    def device_name(self) -> str:
+        """The device this backend decodes on: configured, else derived from where it runs."""
+        if self.device is not None:
+            return self.device
+        if self.url is not None:
+            return f"url:{self.url}"
+        if self.gpu_layers is not None and self.gpu_layers != 0:
+            return "cuda:0"
+        return "cpu"
+
+    @property
     def supervised(self) -> bool:
         """Whether the proxy starts and owns this backend's process."""
         return self.url is None
+
+
+class DeviceConfig(BaseModel):
+    """One device's budget: what may decode on it at once."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    capacity: int = Field(
+        ge=1,
+        description="cpu: threads decoding at once (default: the cores); a GPU: llama-server "
+        "processes decoding at once (default 1)",
+    )
 
 
 class Settings(BaseSettings):
@@ -183,11 +211,9 @@ class Settings(BaseSettings):
         description="how much faster than plain decoding a speculative backend must measure "
         "for auto to prefer it (0.05: 5 %)",
     )
-    spill_over: bool = Field(
-        default=False,
-        description="backends run on separate devices: auto skips one whose slots are all busy "
-        "and explores under load; false (one shared device): queue at the fastest until its "
-        "queue is full, explore only when every backend is idle",
+    devices: dict[str, DeviceConfig] = Field(
+        default_factory=dict,
+        description="budgets of the devices backends share (default: cpu = its cores, else 1)",
     )
     scoreboard_file: Path | None = Field(
         default=None, description="where measurements persist (default: in cache_dir)"
@@ -223,6 +249,16 @@ class Settings(BaseSettings):
         if host not in ("127.0.0.1", "::1", "localhost"):
             raise ValueError("backends must listen on loopback (127.0.0.1); the proxy is the door")
         return host
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_spill_over(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "spill_over" in data:
+            raise ValueError(
+                "spill_over was replaced by per-backend `device`: give backends on separate "
+                "devices different `device` names (e.g. cpu, cuda:0) and remove spill_over"
+            )
+        return data
 
     @model_validator(mode="after")
     def _unique_backend_names(self) -> Settings:

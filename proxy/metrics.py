@@ -17,6 +17,7 @@ from prometheus_client.samples import Sample
 
 from proxy.api.relay import Measurement
 from proxy.api.validation import Endpoint
+from proxy.backends.devices import Device
 from proxy.backends.supervisor import BackendSupervisor
 from proxy.log import get_logger
 from proxy.routing.classifier import TASK_CLASSES
@@ -45,6 +46,7 @@ class RequestRecord:
     backend: str = ""
     task: str = ""
     route: str = ""
+    device: str = ""
     measured: Measurement | None = None
 
 
@@ -120,6 +122,13 @@ class ProxyMetrics:
             per_backend,
             registry=r,
         )
+        self.device_wait = Histogram(
+            "specproxy_device_wait_seconds",
+            "Seconds a request waited for its backend's device (0 when it started at once)",
+            ["device", "backend"],
+            buckets=(0.0, *_SECONDS_BUCKETS),
+            registry=r,
+        )
         # Every series a successful request touches exists from the start: rate() then counts a
         # label set's first request too, and dashboards show 0 rather than "no data".
         for name, spec in self._spec_types.items():
@@ -157,6 +166,8 @@ class ProxyMetrics:
             return
         if measured.ttft_s is not None:
             self.ttft.labels(*labels).observe(measured.ttft_s)
+        if record.device:
+            self.device_wait.labels(record.device, record.backend).observe(measured.device_wait_s)
         timings = measured.timings
         # Counted whatever the status: these are tokens the backend really processed, which is
         # what its own llamacpp:* counters count too.
@@ -169,14 +180,19 @@ class ProxyMetrics:
             self.tokens_per_s.labels(*labels).observe(speed)
 
     async def render(
-        self, backends: Iterable[BackendSupervisor], session: aiohttp.ClientSession
+        self,
+        backends: Iterable[BackendSupervisor],
+        devices: Mapping[str, Device],
+        session: aiohttp.ClientSession,
     ) -> bytes:
-        """The exposition text: this registry, the supervisors' state and each backend's own."""
+        """The exposition text: this registry, the supervisors' and devices' state and each
+        backend's own."""
         every = list(backends)
         ready = [b for b in every if b.ready]
         upstream = await asyncio.gather(*(_scrape_backend(b, session) for b in ready))
         fetched = {b.name: families for b, families in zip(ready, upstream, strict=True)}
-        return generate_latest(_Scrape(self.registry, _BackendCollector(every, fetched)))
+        extra = _BackendCollector(every, devices, fetched)
+        return generate_latest(_Scrape(self.registry, extra))
 
 
 def _count(timings: Mapping[str, object], key: str) -> int:
@@ -259,10 +275,41 @@ class _BackendCollector:
     def __init__(
         self,
         backends: Sequence[BackendSupervisor],
+        devices: Mapping[str, Device],
         fetched: Mapping[str, list[Metric] | None],
     ) -> None:
         self.backends = backends
+        self.devices = devices
         self.fetched = fetched
+
+    def _devices(self) -> Iterator[Metric]:
+        capacity = GaugeMetricFamily(
+            "specproxy_device_capacity",
+            "What may decode at once on the device: threads (cpu) or llama-server processes",
+            labels=["device"],
+        )
+        in_use = GaugeMetricFamily(
+            "specproxy_device_in_use",
+            "Capacity taken by the backends decoding on the device now",
+            labels=["device"],
+        )
+        waiting = GaugeMetricFamily(
+            "specproxy_device_waiting_requests",
+            "Requests waiting for the device (another backend decodes there)",
+            labels=["device"],
+        )
+        busy = CounterMetricFamily(
+            "specproxy_device_busy_seconds",
+            "Seconds during which some backend decoded on the device",
+            labels=["device"],
+        )
+        for name, device in self.devices.items():
+            state = device.state()
+            capacity.add_metric([name], state.capacity)
+            in_use.add_metric([name], state.in_use)
+            waiting.add_metric([name], state.waiting)
+            busy.add_metric([name], state.busy_s)
+        yield from (capacity, in_use, waiting, busy)
 
     def collect(self) -> Iterator[Metric]:
         labels = ["backend", "spec_type"]
@@ -313,6 +360,7 @@ class _BackendCollector:
             failed.add_metric(key, b.failed_health_checks)
             scraped.add_metric([b.name], 0 if self.fetched.get(b.name) is None else 1)
         yield from (up, in_flight, limit, queued, queue_limit, restarts, failed, scraped)
+        yield from self._devices()
         # Every backend exposes the same families: merge them so each name appears once.
         merged: dict[str, Metric] = {}
         for families in self.fetched.values():

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import pytest
 
+from proxy.backends.devices import Device
 from proxy.routing.policy import RouteChoice, RoutePolicy, break_even_acceptance, speedup
 from proxy.routing.scoreboard import Outcome, Scoreboard, load_level
 
@@ -21,6 +23,26 @@ class Backend:
     draft_n_max: int = 3
     saturated: bool = False
     queue_full: bool = False
+    device: Device = field(default_factory=lambda: Device("own", 1))
+
+    def __post_init__(self) -> None:
+        on_device(self.device, [self], share=1)
+
+
+def on_device(device: Device, backends: Sequence[Backend], share: int = 2) -> Device:
+    """Put backends on `device` with `share` each, their in-flight requests admitted."""
+    for b in backends:
+        b.device = device
+        device.add(b.name, share)
+        for _ in range(b.in_flight):
+            assert device.try_admit(b.name), f"{b.name} does not fit on {device.name}"
+    return device
+
+
+def shared(*backends: Backend, share: int = 2, capacity: int = 2) -> list[Backend]:
+    """Backends on one CPU (the default config: each takes every core, so they take turns)."""
+    on_device(Device("cpu", capacity), backends, share)
+    return list(backends)
 
 
 def measure(
@@ -155,19 +177,24 @@ def test_no_exploring_next_to_busy_backends_on_a_shared_device() -> None:
     measure(board, "plain", "prose", 30)
     measure(board, "ngram", "prose", 29)
     measure(board, "draft", "prose", 25)
-    # Two busy backends (pinned traffic), so the policy still ranks rather than joining one.
-    backends = [
-        Backend("plain", in_flight=1),
-        Backend("ngram", "ngram-mod", in_flight=1),
-        Backend("draft", "draft-simple"),
-    ]
-    shared = RoutePolicy(board, explore_share=0.5, rng=random.Random(1))
-    assert {shared.choose("prose", backends).reason for _ in range(200)} == {"fastest"}  # type: ignore[union-attr]
-    separate = RoutePolicy(board, explore_share=0.5, spill_over=True, rng=random.Random(1))
-    assert "explore" in {separate.choose("prose", backends).reason for _ in range(200)}  # type: ignore[union-attr]
+
+    def backends() -> list[Backend]:
+        # Pinned traffic keeps two backends busy; the draft is idle.
+        return [
+            Backend("plain", in_flight=1),
+            Backend("ngram", "ngram-mod", in_flight=1),
+            Backend("draft", "draft-simple"),
+        ]
+
+    # One thread each on a 3-core CPU: the draft has room, but its device does not idle.
+    partitioned = shared(*backends(), share=1, capacity=3)
+    policy = RoutePolicy(board, explore_share=0.5, rng=random.Random(1))
+    assert {policy.choose("prose", partitioned).reason for _ in range(200)} == {"fastest"}  # type: ignore[union-attr]
+    separate = backends()  # each on a device of its own
+    assert "explore" in {policy.choose("prose", separate).reason for _ in range(200)}  # type: ignore[union-attr]
 
 
-def test_load_level_counts_the_whole_device_unless_backends_spill_over() -> None:
+def test_load_level_counts_the_whole_device_and_only_it() -> None:
     board = Scoreboard()
     measure(board, "plain", "code", 30, level=1)
     measure(board, "plain", "code", 12, level=4)
@@ -175,45 +202,49 @@ def test_load_level_counts_the_whole_device_unless_backends_spill_over() -> None
     measure(board, "ngram", "code", 6, level=4)
     # Pinned traffic keeps both busy: three requests on the device, so the next runs at level 4.
     plain, ngram = Backend("plain", in_flight=2), Backend("ngram", "ngram-mod", in_flight=1)
-    shared = RoutePolicy(board, explore_share=0).choose("code", [plain, ngram])
-    assert shared is not None and (shared.backend, shared.level) == ("plain", 4)
-    separate = RoutePolicy(board, explore_share=0, spill_over=True).choose("code", [plain, ngram])
-    assert separate is not None and (separate.backend, separate.level) == ("ngram", 2)
+    on_one = shared(plain, ngram, share=1)
+    choice = RoutePolicy(board, explore_share=0).choose("code", on_one)
+    assert choice is not None and (choice.backend, choice.level) == ("plain", 4)
+    plain, ngram = Backend("plain", in_flight=2), Backend("ngram", "ngram-mod", in_flight=1)
+    choice = RoutePolicy(board, explore_share=0).choose("code", [plain, ngram])
+    assert choice is not None and (choice.backend, choice.level) == ("ngram", 2)
 
 
-def test_requests_join_the_busy_backend_on_a_shared_device() -> None:
+def test_requests_join_the_batch_decoding_on_the_device() -> None:
     board = Scoreboard()
     measure(board, "plain", "echo", 36)
     measure(board, "ngram", "echo", 40)
     measure(board, "draft", "echo", 15)  # under half the best: a probe there is not joined
-    plain, ngram = Backend("plain", in_flight=1), Backend("ngram", "ngram-mod")
-    shared = RoutePolicy(board, explore_share=0).choose("echo", [plain, ngram])
-    assert shared is not None and (shared.backend, shared.reason, shared.level) == (
-        "plain",
-        "join_batch",
-        2,
+    policy = RoutePolicy(board, explore_share=0)
+    serialised = shared(Backend("plain", in_flight=1), Backend("ngram", "ngram-mod"))
+    assert policy.choose("echo", serialised) == RouteChoice("plain", "join_batch", 2)
+    # With a core each, the best starts beside the busy one.
+    partitioned = shared(Backend("plain", in_flight=1), Backend("ngram", "ngram-mod"), share=1)
+    assert policy.choose("echo", partitioned) == RouteChoice("ngram", "fastest", 2)
+    separate = [Backend("plain", in_flight=1), Backend("ngram", "ngram-mod")]
+    assert policy.choose("echo", separate) == RouteChoice("ngram", "fastest", 1)
+    # A clearly slower busy backend (an exploration probe on the draft) is not joined: the
+    # request waits for the device instead of starting the best beside it.
+    probed = shared(
+        Backend("plain"), Backend("ngram", "ngram-mod"), Backend("draft", "draft-simple", 1)
     )
-    separate = RoutePolicy(board, explore_share=0, spill_over=True).choose("echo", [plain, ngram])
-    assert separate is not None and (separate.backend, separate.reason) == ("ngram", "fastest")
-    # A clearly slower busy backend (an exploration probe on the draft) is not joined.
-    probed = Backend("draft", "draft-simple", in_flight=1)
-    idle = [Backend("plain"), Backend("ngram", "ngram-mod"), probed]
-    left = RoutePolicy(board, explore_share=0).choose("echo", idle)
-    assert left is not None and (left.backend, left.reason) == ("ngram", "fastest")
+    assert policy.choose("echo", probed) == RouteChoice("ngram", "wait_device", 2)
 
 
-def test_busy_fastest_backend_is_queued_at_unless_backends_spill_over() -> None:
+def test_busy_fastest_backend_is_queued_at_unless_another_device_has_room() -> None:
     board = Scoreboard()
     measure(board, "plain", "code", 30)
     measure(board, "ngram", "code", 20)
-    busy = Backend("plain", in_flight=4, saturated=True)
-    ngram = Backend("ngram", "ngram-mod")
-    shared = RoutePolicy(board, explore_share=0)
-    assert shared.choose("code", [busy, ngram]).backend == "plain"  # type: ignore[union-attr]
-    full = Backend("plain", in_flight=4, saturated=True, queue_full=True)
-    assert shared.choose("code", [full, ngram]).backend == "ngram"  # type: ignore[union-attr]
-    separate = RoutePolicy(board, explore_share=0, spill_over=True)
-    assert separate.choose("code", [busy, ngram]).backend == "ngram"  # type: ignore[union-attr]
+    policy = RoutePolicy(board, explore_share=0)
+    busy = shared(Backend("plain", in_flight=4, saturated=True), Backend("ngram", "ngram-mod"))
+    assert policy.choose("code", busy) == RouteChoice("plain", "fastest", 8)
+    full = shared(
+        Backend("plain", in_flight=4, saturated=True, queue_full=True),
+        Backend("ngram", "ngram-mod"),
+    )
+    assert policy.choose("code", full) == RouteChoice("ngram", "only_healthy", 8)
+    separate = [Backend("plain", in_flight=4, saturated=True), Backend("ngram", "ngram-mod")]
+    assert policy.choose("code", separate) == RouteChoice("ngram", "spill", 1)
 
 
 def test_scoreboard_decays_toward_new_measurements() -> None:

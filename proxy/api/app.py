@@ -39,7 +39,6 @@ def build_app(settings: Settings, specs: list[LaunchSpec]) -> web.Application:
     policy = RoutePolicy(
         scoreboard,
         explore_share=settings.explore_share,
-        spill_over=settings.spill_over,
         speculation_margin=settings.speculation_margin,
     )
     app[ROUTER] = Router(TaskClassifier(), policy, scoreboard)

@@ -36,6 +36,7 @@ class Measurement:
     duration_s: float = 0.0
     timings: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    device_wait_s: float = 0.0
     # A stream's latest SSE line with timings, parsed once when the request ends: every chunk
     # carries running timings, and decoding each one would put JSON parsing in the relay loop.
     timings_event: bytes = b""

@@ -71,6 +71,7 @@ def _finish(
     task: str,
     choice: RouteChoice,
     measured: Measurement,
+    device: str,
 ) -> None:
     """Record what an answer measured (a stream its client left included) and log one line."""
     outcome = Outcome.from_timings(backend, task, choice.level, measured.timings, measured.ttft_s)
@@ -93,6 +94,8 @@ def _finish(
         if outcome.draft_n
         else None,
         ttft_s=round(measured.ttft_s, 3) if measured.ttft_s is not None else None,
+        device=device,
+        device_wait_s=round(measured.device_wait_s, 3),
         duration_s=round(measured.duration_s, 3),
         error=measured.error,
         **({"body": body} if request.app[SETTINGS].log_prompts else {}),
@@ -147,26 +150,37 @@ async def _serve(
         backend, choice = _choose(app, model, task)
         supervisor = pool.get(backend.name)
         assert supervisor is not None
+        device = supervisor.device.name
         seen.backend, seen.task, seen.route = backend.name, task, choice.reason
+        seen.device = device
         headers = {
             "X-Specproxy-Backend": backend.name,
             "X-Specproxy-Task": task,
             "X-Specproxy-Route": choice.reason,
             "X-Request-Id": request_id,
+            "X-Specproxy-Device": device,
         }
         measured = Measurement()
         try:
-            async with supervisor.slot():
-                response = await relay(
-                    request,
-                    app[SESSION],
-                    backend.name,
-                    supervisor.base_url + _PATHS[endpoint],
-                    {**upstream_body, "model": backend.name},
-                    headers,
-                    timeouts,
-                    measured,
-                )
+            async with supervisor.slot() as use:
+                headers["X-Specproxy-Device-Wait"] = f"{use.device_wait_s:.3f}"
+                try:
+                    response = await relay(
+                        request,
+                        app[SESSION],
+                        backend.name,
+                        supervisor.base_url + _PATHS[endpoint],
+                        {**upstream_body, "model": backend.name},
+                        headers,
+                        timeouts,
+                        measured,
+                    )
+                except BaseException:
+                    use.abandoned = True  # cancelled or failed: llama-server may still compute
+                    raise
+                finally:
+                    measured.device_wait_s = use.device_wait_s
+                use.abandoned = measured.error is not None or measured.status != 200
             if measured.status == 502:  # failed mid-stream
                 supervisor.mark_down()
             break
@@ -179,7 +193,17 @@ async def _serve(
             ) from None
         except asyncio.CancelledError:
             measured.error = measured.error or CLIENT_GONE
-            _finish(request, request_id, endpoint, body, backend.name, task, choice, measured)
+            _finish(
+                request,
+                request_id,
+                endpoint,
+                body,
+                backend.name,
+                task,
+                choice,
+                measured,
+                device,
+            )
             raise
         except ApiError as exc:
             if exc.status == 502:
@@ -187,7 +211,17 @@ async def _serve(
             if exc.code != "backend_unreachable" or choice.reason == "pinned" or attempt == 2:
                 raise
     seen.measured, seen.status = measured, measured.status
-    _finish(request, request_id, endpoint, body, backend.name, task, choice, measured)
+    _finish(
+        request,
+        request_id,
+        endpoint,
+        body,
+        backend.name,
+        task,
+        choice,
+        measured,
+        device,
+    )
     return response
 
 
@@ -224,12 +258,28 @@ async def health(request: web.Request) -> web.Response:
             "in_flight": b.in_flight,
             "queued": b.queued,
             "limit": b.limit,
+            "device": b.device.name,
         }
         for b in pool
     }
+    devices = {}
+    for name, device in pool.devices.items():
+        state = device.state()
+        devices[name] = {
+            "capacity": state.capacity,
+            "in_use": state.in_use,
+            "running": state.running,
+            "waiting": state.waiting,
+            "busy_s": round(state.busy_s, 3),
+            "waits": state.waits,
+            "wait_s": round(state.wait_s, 3),
+        }
     ready = sum(1 for b in pool if b.ready)
     status = "ok" if ready == len(pool) else "degraded" if ready else "unavailable"
-    return web.json_response({"status": status, "backends": backends}, status=200 if ready else 503)
+    return web.json_response(
+        {"status": status, "backends": backends, "devices": devices},
+        status=200 if ready else 503,
+    )
 
 
 async def scoreboard(request: web.Request) -> web.Response:
@@ -254,7 +304,7 @@ async def metrics(request: web.Request) -> web.Response:
     """GET /metrics: Prometheus text for the proxy, its router and every ready backend."""
     app = request.app
     pool = app[POOL]
-    body = await app[METRICS].render(pool, app[SESSION])
+    body = await app[METRICS].render(pool, pool.devices, app[SESSION])
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
 

@@ -1,4 +1,4 @@
-"""BackendPool: every configured backend's supervisor, started and stopped together."""
+"""BackendPool: every configured backend's supervisor and the devices they share."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import aiohttp
 
+from proxy.backends.devices import Device, build_devices
 from proxy.backends.launch import LaunchSpec
 from proxy.backends.supervisor import BackendSupervisor
 from proxy.config import Settings
@@ -16,7 +17,13 @@ class BackendPool:
     """The backends by name, in configuration order."""
 
     def __init__(self, specs: list[LaunchSpec], settings: Settings, session: aiohttp.ClientSession):
-        self._by_name = {s.config.name: BackendSupervisor(s, settings, session) for s in specs}
+        self.devices: dict[str, Device] = build_devices(settings)
+        self._by_name = {
+            s.config.name: BackendSupervisor(
+                s, settings, session, self.devices[s.config.device_name]
+            )
+            for s in specs
+        }
 
     def __iter__(self) -> Iterator[BackendSupervisor]:
         return iter(self._by_name.values())

@@ -10,10 +10,12 @@ import signal
 import time
 from collections import deque
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Literal
 
 import aiohttp
 
+from proxy.backends.devices import Device
 from proxy.backends.launch import LaunchSpec, free_port
 from proxy.config import Settings
 from proxy.log import get_logger
@@ -35,11 +37,28 @@ class BackendSaturatedError(Exception):
     """All of a backend's slots are busy and its queue is full."""
 
 
+@dataclass
+class SlotUse:
+    """One request's hold on a backend: how long it waited for the device, how it ended."""
+
+    device_wait_s: float = 0.0
+    # Set when the request ended before llama-server finished it (client gone, timeout, error):
+    # the process may still be computing, so the device is released once it is idle.
+    abandoned: bool = False
+
+
 class BackendSupervisor:
     """Owns one backend: starts it, knows whether it can serve, restarts it with backoff."""
 
-    def __init__(self, spec: LaunchSpec, settings: Settings, session: aiohttp.ClientSession):
+    def __init__(
+        self,
+        spec: LaunchSpec,
+        settings: Settings,
+        session: aiohttp.ClientSession,
+        device: Device,
+    ):
         self.spec = spec
+        self.device = device
         self.name = spec.config.name
         self.settings = settings
         self.session = session
@@ -58,6 +77,7 @@ class BackendSupervisor:
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
         self._pump_task: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
 
     @property
     def ready(self) -> bool:
@@ -71,28 +91,80 @@ class BackendSupervisor:
 
     @property
     def queue_full(self) -> bool:
-        """Whether a new request would be refused: every slot busy and the queue full."""
-        return self.saturated and self.queued >= self.max_queue
+        """Whether a new request would be refused: it would wait and the queue is full."""
+        return self._would_wait() and self.queued >= self.max_queue
+
+    def _would_wait(self) -> bool:
+        return self._slots.locked() or not self.device.admits(self.name)
 
     @contextlib.asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        """Hold one concurrency slot, waiting in the bounded queue; raise when the queue is full."""
-        if self._slots.locked() and self.queued >= self.max_queue:
+    async def slot(self) -> AsyncIterator[SlotUse]:
+        """Hold this backend's share of its device and one concurrency slot, waiting in the
+        bounded queue; raise when the queue is full.
+
+        Nothing suspends between a caller's choice of this backend and its admission when the
+        device has room, so choosing and admitting are one step.
+        """
+        if self.queue_full:
             raise BackendSaturatedError(
                 f"backend {self.name!r} is at its limit of {self.limit} concurrent requests "
                 f"with {self.queued} queued"
             )
+        use = SlotUse()
         self.queued += 1
         try:
-            await self._slots.acquire()
+            use.device_wait_s = await self.device.admit(self.name)
+            try:
+                await self._slots.acquire()
+            except BaseException:
+                self.device.release(self.name)
+                raise
         finally:
             self.queued -= 1
         self.in_flight += 1
         try:
-            yield
+            yield use
         finally:
             self.in_flight -= 1
             self._slots.release()
+            if use.abandoned and self.process is not None:
+                task = asyncio.create_task(self._release_device_when_idle())
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
+            else:
+                self.device.release(self.name)
+
+    async def _release_device_when_idle(self) -> None:
+        """Give the device back once llama-server stops working on abandoned requests.
+
+        A request whose client left is cancelled upstream, but llama-server finishes its batch
+        step first (seconds for a long verification on a CPU) and b11434 keeps generating a
+        non-streamed answer to the end; the device is not free before that.
+        """
+        deadline = time.monotonic() + self.settings.request_timeout_s
+        try:
+            while time.monotonic() < deadline and self.ready:
+                busy = await self._busy_slots()
+                if busy is None or busy <= self.in_flight:
+                    return
+                await asyncio.sleep(0.05)
+        finally:
+            self.device.release(self.name)
+
+    async def _busy_slots(self) -> int | None:
+        """Slots llama-server is processing now; None when it cannot tell (stopped, no /slots)."""
+        try:
+            async with self.session.get(
+                f"{self.base_url}/slots", timeout=aiohttp.ClientTimeout(total=2)
+            ) as resp:
+                if resp.status != 200:
+                    return None
+                slots = await resp.json()
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return None
+        if not isinstance(slots, list):
+            return None
+        return sum(1 for s in slots if isinstance(s, dict) and s.get("is_processing"))
 
     @property
     def spec_type(self) -> str | None:

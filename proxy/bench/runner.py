@@ -8,6 +8,7 @@ from typing import Any
 
 import aiohttp
 
+from proxy.backends.devices import Device
 from proxy.backends.launch import LaunchSpec, prepare_backend
 from proxy.backends.supervisor import BackendSupervisor
 from proxy.bench.variants import Variant
@@ -81,7 +82,10 @@ async def run_variant(
     timeout = aiohttp.ClientTimeout(total=None, connect=settings.connect_timeout_s)
     runs: list[Run] = []
     async with aiohttp.ClientSession(timeout=timeout) as session:
-        backend = BackendSupervisor(spec, settings, session)
+        # Alone on its device: the bench starts one variant at a time.
+        device = Device("bench", capacity=1)
+        device.add(spec.config.name, 1)
+        backend = BackendSupervisor(spec, settings, session, device)
         backend.start()
         try:
             if not await backend.wait_ready(settings.ready_timeout_s):

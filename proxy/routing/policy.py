@@ -17,14 +17,23 @@ RouteReason = Literal[
     "demoted",
     "only_healthy",
     "join_batch",
+    "spill",
+    "wait_device",
     "within_margin",
 ]
 
 
-# On a shared device, how much slower than the best a busy backend may be and still be joined:
-# splitting costs far more than a near-tie (0.4 against 9 tokens/s measured for two streams on
-# 2 cores), while a probe on a backend at half speed should not drag traffic along.
+# How much slower than the best a backend that can start at once may be and still be taken
+# instead of waiting for the best: splitting a device costs far more than a near-tie (0.4
+# against 9 tokens/s measured for two streams on 2 cores), while a probe on a backend at half
+# speed should not drag traffic along.
 JOIN_MARGIN = 0.5
+
+
+class DeviceView(Protocol):
+    """What the policy needs to know about the device a backend decodes on."""
+
+    def admits(self, backend: str) -> bool: ...
 
 
 class RoutableBackend(Protocol):
@@ -32,6 +41,9 @@ class RoutableBackend(Protocol):
 
     name: str
     in_flight: int
+
+    @property
+    def device(self) -> DeviceView: ...
 
     @property
     def ready(self) -> bool: ...
@@ -93,13 +105,11 @@ class RoutePolicy:
         self,
         scoreboard: Scoreboard,
         explore_share: float = 0.05,
-        spill_over: bool = False,
         speculation_margin: float = 0.05,
         rng: random.Random | None = None,
     ) -> None:
         self.scoreboard = scoreboard
         self.explore_share = explore_share
-        self.spill_over = spill_over
         self.speculation_margin = speculation_margin
         self.rng = rng or random.Random()
 
@@ -108,24 +118,17 @@ class RoutePolicy:
 
         Backends on one device share its compute, so the level counts every request in flight
         there: a request on an idle n-gram backend next to four busy plain streams does not run
-        at level 1. On separate devices only the backend's own requests count.
+        at level 1. Requests on other devices do not count.
         """
-        if self.spill_over:
-            return load_level(backend.in_flight + 1)
-        return load_level(sum(b.in_flight for b in backends) + 1)
+        same = sum(b.in_flight for b in backends if b.device is backend.device)
+        return load_level(same + 1)
 
     def choose(self, task: str, backends: Sequence[RoutableBackend]) -> RouteChoice | None:
         """A backend for an `auto` request, or None when no backend is ready."""
         ready = [b for b in backends if b.ready]
         if not ready:
             return None
-        # Backends on one device share its compute: a free slot elsewhere is no free capacity,
-        # so requests queue at the fastest and move on only when its queue is full. Backends
-        # on separate devices (spill_over) skip one whose slots are all busy.
-        if self.spill_over:
-            ready = [b for b in ready if not b.saturated] or ready
-        else:
-            ready = [b for b in ready if not b.queue_full] or ready
+        ready = [b for b in ready if not b.queue_full] or ready
         levels = {b.name: self.level(b, backends) for b in ready}
         if len(ready) == 1:
             return RouteChoice(ready[0].name, "only_healthy", levels[ready[0].name])
@@ -146,31 +149,46 @@ class RoutePolicy:
 
         ranked = sorted(ready, key=lambda b: (b.name in demoted, -credited(b), b.in_flight))
         best = ranked[0]
-        if not self.spill_over:
-            # Two llama-server processes decoding at once on one device fight over it (measured
-            # on 2 cores: 2 streams split over plain and ngram made 0.4 tokens/s, 9 on either
-            # alone), so a request joins a busy backend's batch unless that one is clearly
-            # slower; a clearly slower one then drains, since nothing new joins it.
-            # Judged on single-stream speed, the best-sampled estimate: per-level ones are few
-            # and noisy, and one wrong split costs more than any near-tie.
-            busy = [b for b in ranked if b.in_flight and b.name not in demoted]
-            if busy and busy[0] is not best:
-                alone = {b.name: self._single_stream(b.name, task) for b in ready}
-                if alone[busy[0].name] >= (1 - JOIN_MARGIN) * max(alone.values()):
-                    return RouteChoice(busy[0].name, "join_batch", levels[busy[0].name])
-        # On one device a probe next to busy backends would slow them and be measured under
-        # contention it did not cause, so it waits for an idle moment.
-        idle = self.spill_over or not any(b.in_flight for b in backends)
-        if len(ranked) > 1 and idle and self.rng.random() < self.explore_share:
-            other = self._explore_target(ranked[1:], estimates[best.name], estimates)
+        if not self._starts_now(best):
+            # The best would wait: for its device (another backend decodes there) or for a
+            # slot. A backend that starts at once is taken instead unless it is clearly slower:
+            # joining the batch already decoding on the device (one process, no extra threads)
+            # or spilling to one whose device has room. Judged on single-stream speed, the
+            # best-sampled estimate: per-level ones are few and noisy, and a wrong wait or
+            # split costs more than any near-tie.
+            alone = {b.name: self._single_stream(b.name, task) for b in ready}
+            for other in ranked[1:]:
+                if (
+                    other.name not in demoted
+                    and self._starts_now(other)
+                    and alone[other.name] >= (1 - JOIN_MARGIN) * alone[best.name]
+                ):
+                    reason: RouteReason = "join_batch" if other.in_flight else "spill"
+                    return RouteChoice(other.name, reason, levels[other.name])
+            if not best.device.admits(best.name):
+                return RouteChoice(best.name, "wait_device", levels[best.name])
+        # A probe runs only where its device is idle: next to busy backends it would slow them
+        # and be measured under contention it did not cause.
+        probes = [b for b in ranked[1:] if self._starts_now(b) and self._device_idle(b, backends)]
+        if probes and self.rng.random() < self.explore_share:
+            other = self._explore_target(probes, estimates[best.name], estimates)
             return RouteChoice(other.name, "explore", levels[other.name])
         fastest = max(ready, key=lambda b: estimates[b.name].tokens_per_s)
-        reason: RouteReason = "fastest"
+        reason = "fastest"
         if fastest.name in demoted:
             reason = "demoted"
         elif fastest.name != best.name and estimates[fastest.name].tokens_per_s > credited(best):
             reason = "within_margin"
         return RouteChoice(best.name, reason, levels[best.name])
+
+    @staticmethod
+    def _starts_now(backend: RoutableBackend) -> bool:
+        """Whether a request sent now would start decoding at once: a free slot, device room."""
+        return not backend.saturated and backend.device.admits(backend.name)
+
+    @staticmethod
+    def _device_idle(backend: RoutableBackend, backends: Sequence[RoutableBackend]) -> bool:
+        return not any(b.in_flight for b in backends if b.device is backend.device)
 
     def _single_stream(self, backend: str, task: str) -> float:
         est = self.scoreboard.nearest(backend, task, 1)

@@ -1,0 +1,183 @@
+"""Device: admits requests so the threads decoding at once on one device never exceed its budget.
+
+Two llama-server processes decoding at once on the same cores do not share them gracefully: on
+2 cores, two `-t 2` processes ran at 0.5-0.8 tokens/s in one round of four against 37 for one
+alone (FACTS.md). So every request takes its backend's share of the device before it is sent:
+a backend already decoding is joined (its requests batch in one process, which costs no more
+threads), another starts only while the shares in use leave room for its own. Requests for a
+backend that does not fit wait in arrival order; no later request passes one that waits, so a
+busy backend cannot starve the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from proxy.config import BackendConfig, Settings
+
+
+@dataclass(frozen=True)
+class DeviceState:
+    """What a device is doing, as /health and /metrics show it."""
+
+    capacity: int
+    in_use: int
+    running: dict[str, int]
+    waiting: int
+    busy_s: float
+    waits: int
+    wait_s: float
+
+
+class Device:
+    """One compute device shared by backends: admission, in arrival order, within its capacity."""
+
+    def __init__(self, name: str, capacity: int) -> None:
+        self.name = name
+        self.capacity = capacity
+        self._share: dict[str, int] = {}
+        self._running: dict[str, int] = {}
+        self._waiters: deque[tuple[str, asyncio.Future[None]]] = deque()
+        self._busy_since: float | None = None
+        self._busy_s = 0.0
+        self.waits = 0
+        self.wait_s = 0.0
+
+    def add(self, backend: str, share: int) -> None:
+        """Register a backend that needs `share` of this device while it decodes."""
+        self._share[backend] = max(1, min(share, self.capacity))
+
+    def share(self, backend: str) -> int:
+        """The part of the capacity this backend takes while it decodes."""
+        return self._share[backend]
+
+    @property
+    def in_use(self) -> int:
+        """Capacity taken by the backends decoding now."""
+        return sum(self._share[b] for b in self._running)
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for this device."""
+        return len(self._waiters)
+
+    def admits(self, backend: str) -> bool:
+        """Whether a request for `backend` would start now, without waiting for the device."""
+        return not self._waiters and self._fits(backend)
+
+    def _fits(self, backend: str) -> bool:
+        return backend in self._running or self.in_use + self._share[backend] <= self.capacity
+
+    def try_admit(self, backend: str) -> bool:
+        """Admit a request for `backend` now if the device has room; never waits."""
+        if not self.admits(backend):
+            return False
+        self._start(backend)
+        return True
+
+    async def admit(self, backend: str) -> float:
+        """Admit a request for `backend`, waiting in arrival order; the seconds it waited.
+
+        The check and the admission happen without a suspension point between them, so two
+        requests arriving together cannot both see room that only one of them has.
+        """
+        if self.try_admit(backend):
+            return 0.0
+        admitted = asyncio.get_running_loop().create_future()
+        entry = (backend, admitted)
+        self._waiters.append(entry)
+        start = time.monotonic()
+        try:
+            await admitted
+        except asyncio.CancelledError:
+            if admitted.done() and not admitted.cancelled():
+                self.release(backend)  # admitted in the same instant the waiter left
+            else:
+                self._waiters.remove(entry)
+                self._admit_waiters()  # it may have been the one holding others back
+            raise
+        waited = time.monotonic() - start
+        self.waits += 1
+        self.wait_s += waited
+        return waited
+
+    def release(self, backend: str) -> None:
+        """One request for `backend` no longer decodes; admit whoever now fits."""
+        left = self._running[backend] - 1
+        if left:
+            self._running[backend] = left
+        else:
+            del self._running[backend]
+        if not self._running and self._busy_since is not None:
+            self._busy_s += time.monotonic() - self._busy_since
+            self._busy_since = None
+        self._admit_waiters()
+
+    def _start(self, backend: str) -> None:
+        if not self._running:
+            self._busy_since = time.monotonic()
+        self._running[backend] = self._running.get(backend, 0) + 1
+
+    def _admit_waiters(self) -> None:
+        while self._waiters and self._fits(self._waiters[0][0]):
+            backend, admitted = self._waiters.popleft()
+            if admitted.done():  # its waiter was cancelled and is about to remove itself
+                continue
+            self._start(backend)
+            admitted.set_result(None)
+
+    def state(self) -> DeviceState:
+        """A snapshot for /health and /metrics."""
+        busy = self._busy_s
+        if self._busy_since is not None:
+            busy += time.monotonic() - self._busy_since
+        return DeviceState(
+            capacity=self.capacity,
+            in_use=self.in_use,
+            running=dict(self._running),
+            waiting=self.waiting,
+            busy_s=busy,
+            waits=self.waits,
+            wait_s=self.wait_s,
+        )
+
+
+def host_cores() -> int:
+    """The cores this process may run on (its CPU affinity, not the machine's total)."""
+    return len(os.sched_getaffinity(0))
+
+
+def device_capacity(device: str, settings: Settings) -> int:
+    """A device's budget: configured, else the cores for `cpu` and one process for anything else.
+
+    On a GPU, llama-server processes time-slice the same SMs and memory bandwidth, and one
+    process batching several streams beats two decoding side by side, so by default one
+    process decodes at a time; raise `capacity` for a device measured to run more.
+    """
+    configured = settings.devices.get(device)
+    if configured is not None:
+        return configured.capacity
+    return host_cores() if device == "cpu" else 1
+
+
+def backend_share(cfg: BackendConfig, device: str, capacity: int) -> int:
+    """What one backend takes of its device: its threads on `cpu` (all cores when unset), else 1."""
+    if device == "cpu":
+        return cfg.threads or capacity
+    return 1
+
+
+def build_devices(settings: Settings) -> dict[str, Device]:
+    """Every device the configured backends run on, with each backend's share registered."""
+    devices: dict[str, Device] = {}
+    for cfg in settings.backends:
+        name = cfg.device_name
+        if name not in devices:
+            devices[name] = Device(name, device_capacity(name, settings))
+        device = devices[name]
+        device.add(cfg.name, backend_share(cfg, name, device.capacity))
+    return devices

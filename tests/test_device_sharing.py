@@ -1,0 +1,221 @@
+"""Backends that share the CPU never decode at once beyond its cores, whatever the arrival timing.
+
+The backends here take every core of the device (threads = capacity), as in the default config,
+so two of them must never decode at the same moment. A watcher polls every llama-server's own
+/slots while the tests send traffic: that is the processes' view, not the proxy's bookkeeping.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from tests.conftest import RunningProxy, get_json, start_proxy
+
+CONFIG = """
+devices:
+  cpu: {capacity: 2}
+backends:
+  - {name: plain, kind: plain, model: smollm2-135m, threads: 2, ctx_size: 2048, parallel: 2}
+  - {name: draft, kind: draft-simple, model: smollm2-135m, draft_model: smollm2-135m,
+     draft_n_max: 3, threads: 2, ctx_size: 2048, parallel: 2}
+  - {name: ngram, kind: ngram, model: smollm2-135m, threads: 2, ctx_size: 2048, parallel: 2}
+"""
+PROMPTS = {
+    "code": "Write a Python function that merges two sorted lists, with a docstring.",
+    "prose": "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+    "echo": "Repeat this sentence five times: the quick brown fox jumps over the lazy dog.",
+}
+TOKENS = 48
+
+
+class SlotWatcher:
+    """Polls every backend's /slots about every 20 ms; notes when two process at once."""
+
+    def __init__(self, urls: dict[str, str]) -> None:
+        self.urls = urls
+        self.samples: list[tuple[float, frozenset[str]]] = []
+        self._stop = threading.Event()
+        self._pool = ThreadPoolExecutor(len(urls))
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _busy(self, name: str) -> bool:
+        try:
+            status, slots = get_json(f"{self.urls[name]}/slots", timeout=5)
+        except OSError:
+            return False
+        return status == 200 and any(s["is_processing"] for s in slots)  # type: ignore[union-attr]
+
+    def _run(self) -> None:
+        names = list(self.urls)
+        while not self._stop.is_set():
+            busy = list(self._pool.map(self._busy, names))
+            self.samples.append((time.monotonic(), frozenset(n for n, b in zip(names, busy) if b)))
+            time.sleep(0.02)
+
+    def __enter__(self) -> SlotWatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._pool.shutdown()
+
+    def overlaps(self) -> list[tuple[float, frozenset[str]]]:
+        """Samples where two backends processed, in two polls in a row (a hand-over between
+        two polls of one tick is not an overlap; oversubscription lasts whole requests)."""
+        found = []
+        for (_, before), (t, now) in zip(self.samples, self.samples[1:]):
+            if len(before) > 1 and len(now) > 1:
+                found.append((t, now))
+        return found
+
+    @property
+    def busy_samples(self) -> int:
+        return sum(1 for _, busy in self.samples if busy)
+
+
+def backend_urls(proxy: RunningProxy) -> dict[str, str]:
+    backends = proxy.health()["backends"]
+    assert isinstance(backends, dict)
+    return {name: str(b["url"]) for name, b in backends.items()}
+
+
+@pytest.fixture(scope="module")
+def shared_cpu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProxy]:
+    tmp = tmp_path_factory.mktemp("shared-cpu")
+    config = tmp / "shared.yaml"
+    config.write_text(CONFIG)
+    running = start_proxy(config, tmp / "proxy.log", SPECPROXY_CALIBRATION_REQUESTS="1")
+    running.wait_ready()
+    yield running
+    running.stop()
+
+
+def ask(client: openai.OpenAI, model: str, task: str) -> tuple[str, float, str, float]:
+    """One request: (backend, its llama-server tokens/s, route reason, seconds waited)."""
+    raw = client.chat.completions.with_raw_response.create(
+        model=model,
+        messages=[{"role": "user", "content": PROMPTS[task]}],
+        max_tokens=TOKENS,
+        temperature=0,
+    )
+    timings: dict[str, Any] = raw.parse().model_extra["timings"]  # type: ignore[index]
+    return (
+        raw.headers["X-Specproxy-Backend"],
+        float(timings["predicted_per_second"]),
+        raw.headers["X-Specproxy-Route"],
+        float(raw.headers["X-Specproxy-Device-Wait"]),
+    )
+
+
+def at_once(calls: list[Callable[[], Any]]) -> list[Any]:
+    """Run the calls at the same moment (a barrier releases them together)."""
+    barrier = threading.Barrier(len(calls))
+
+    def go(call: Callable[[], Any]) -> Any:
+        barrier.wait()
+        return call()
+
+    with ThreadPoolExecutor(len(calls)) as pool:
+        return list(pool.map(go, calls))
+
+
+def wait_calibrated(proxy: RunningProxy) -> None:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        rows = get_json(f"{proxy.url}/scoreboard")[1]["estimates"]
+        if len(rows) >= 9:  # type: ignore[arg-type]
+            return
+        time.sleep(0.5)
+    raise TimeoutError("calibration did not finish")
+
+
+def test_calibration_under_load_and_pinned_pairs_take_turns(
+    shared_cpu: RunningProxy, client_for: Callable[[RunningProxy], openai.OpenAI]
+) -> None:
+    client = client_for(shared_cpu)
+    with SlotWatcher(backend_urls(shared_cpu)) as watcher:
+        # Traffic while start-up calibration is still measuring every backend.
+        pinned_while_calibrating = at_once(
+            [lambda b=b: ask(client, b, "code") for b in ("plain", "ngram", "draft")]
+        )
+        wait_calibrated(shared_cpu)
+        alone = {
+            b: max(ask(client, b, "code")[1] for _ in range(2)) for b in ("plain", "ngram")
+        }
+        pairs = [
+            at_once([lambda: ask(client, "plain", "code"), lambda: ask(client, "ngram", "code")])
+            for _ in range(6)
+        ]
+    assert watcher.busy_samples > 20, "the watcher saw no decoding at all"
+    assert watcher.overlaps() == []
+    for plain, ngram in pairs:
+        assert plain[1] >= alone["plain"] / 3, (plain, alone)
+        assert ngram[1] >= alone["ngram"] / 3, (ngram, alone)
+    # In each pair one request waited for the device while the other decoded.
+    waits = [max(p[3], n[3]) for p, n in pairs]
+    assert all(w > 0 for w in waits), waits
+    assert len({r[0] for r in pinned_while_calibrating}) == 3
+    devices = shared_cpu.health()["devices"]
+    assert devices["cpu"]["waits"] >= 6 and devices["cpu"]["busy_s"] > 0  # type: ignore[index]
+
+
+def test_auto_requests_arriving_together_never_split_the_device(
+    shared_cpu: RunningProxy, client_for: Callable[[RunningProxy], openai.OpenAI]
+) -> None:
+    client = client_for(shared_cpu)
+    wait_calibrated(shared_cpu)
+    with SlotWatcher(backend_urls(shared_cpu)) as watcher:
+        rounds = [
+            at_once([lambda t=t: ask(client, "auto", t) for t in ("code", "echo", "prose", "code")])
+            for _ in range(4)
+        ]
+    assert watcher.busy_samples > 10
+    assert watcher.overlaps() == []
+    for answers in rounds:
+        routes = {r[2] for r in answers}
+        # Either all joined one backend, or whoever went elsewhere waited for the device.
+        first = {r[0] for r in answers if r[3] == 0}
+        assert len(first) == 1, answers
+        assert routes <= {"fastest", "within_margin", "join_batch", "wait_device", "explore"}
+
+
+def test_exploration_under_load_waits_for_an_idle_device(
+    tmp_path: Path, client_for: Callable[[RunningProxy], openai.OpenAI]
+) -> None:
+    config = tmp_path / "shared.yaml"
+    config.write_text("explore_share: 0.5\n" + CONFIG)
+    proxy = start_proxy(config, tmp_path / "proxy.log", SPECPROXY_CALIBRATION_REQUESTS="1")
+    try:
+        proxy.wait_ready()
+        wait_calibrated(proxy)
+        client = client_for(proxy)
+        with SlotWatcher(backend_urls(proxy)) as watcher:
+            rounds = [
+                at_once([lambda t=t: ask(client, "auto", t) for t in ("code", "echo", "prose")])
+                for _ in range(5)
+            ]
+        probes = [r for answers in rounds for r in answers if r[2] == "explore"]
+        assert probes, "explore_share 0.5 sent no probe in 15 requests"
+        assert watcher.overlaps() == []
+    finally:
+        proxy.stop()
+
+
+@pytest.fixture
+def client_for() -> Callable[[RunningProxy], openai.OpenAI]:
+    def make(proxy: RunningProxy) -> openai.OpenAI:
+        return openai.OpenAI(
+            base_url=f"{proxy.url}/v1", api_key="unused", max_retries=0, timeout=300
+        )
+
+    return make

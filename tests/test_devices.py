@@ -1,0 +1,106 @@
+"""Device admission: capacity, arrival order, cancellation and the defaults each device gets."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from proxy.backends.devices import Device, build_devices
+from proxy.config import BackendConfig, DeviceConfig, Settings
+
+
+def cpu(*shares: tuple[str, int], capacity: int = 2) -> Device:
+    device = Device("cpu", capacity)
+    for name, share in shares:
+        device.add(name, share)
+    return device
+
+
+async def test_a_backend_already_decoding_is_joined_and_another_waits_for_room() -> None:
+    device = cpu(("plain", 2), ("ngram", 2))
+    assert device.try_admit("plain") and device.try_admit("plain")
+    assert not device.admits("ngram")
+    waiter = asyncio.create_task(device.admit("ngram"))
+    await asyncio.sleep(0.01)
+    assert not waiter.done() and device.waiting == 1
+    device.release("plain")
+    await asyncio.sleep(0.01)
+    assert not waiter.done()  # one plain request still decodes
+    device.release("plain")
+    assert await asyncio.wait_for(waiter, 1) > 0
+    assert device.state().running == {"ngram": 1} and device.in_use == 2
+
+
+async def test_partitioned_threads_run_side_by_side_within_the_cores() -> None:
+    device = cpu(("plain", 1), ("ngram", 1), ("draft", 1))
+    assert device.try_admit("plain") and device.try_admit("ngram")
+    assert not device.admits("draft") and device.in_use == 2
+
+
+async def test_nobody_passes_a_request_that_waits() -> None:
+    device = cpu(("plain", 2), ("ngram", 2))
+    assert device.try_admit("plain")
+    waiter = asyncio.create_task(device.admit("ngram"))
+    await asyncio.sleep(0.01)
+    # plain is decoding, but a request for it now would starve the waiting ngram request.
+    assert not device.admits("plain")
+    late = asyncio.create_task(device.admit("plain"))
+    await asyncio.sleep(0.01)
+    device.release("plain")
+    await asyncio.wait_for(waiter, 1)
+    assert not late.done()
+    device.release("ngram")
+    await asyncio.wait_for(late, 1)
+    assert device.state().running == {"plain": 1}
+
+
+async def test_a_cancelled_waiter_leaves_the_line_and_unblocks_the_next() -> None:
+    big = cpu(("a", 2), ("b", 2), ("c", 1), capacity=3)
+    assert big.try_admit("a")
+    first = asyncio.create_task(big.admit("b"))  # needs 2, only 1 free: waits
+    second = asyncio.create_task(big.admit("c"))  # would fit, but waits behind b
+    await asyncio.sleep(0.01)
+    assert not second.done()
+    first.cancel()
+    await asyncio.wait_for(second, 1)
+    assert big.state().running == {"a": 1, "c": 1} and big.waiting == 0
+
+
+async def test_arrivals_in_one_instant_never_exceed_the_capacity() -> None:
+    device = cpu(("plain", 2), ("ngram", 2), ("draft", 2))
+    peak = 0
+
+    async def request(backend: str) -> None:
+        nonlocal peak
+        await device.admit(backend)
+        peak = max(peak, device.in_use)
+        await asyncio.sleep(0.001)
+        device.release(backend)
+
+    await asyncio.gather(*(request(b) for b in ["plain", "ngram", "draft"] * 30))
+    assert peak == 2 and device.in_use == 0 and device.waiting == 0
+    state = device.state()
+    assert state.waits > 0 and state.busy_s > 0
+
+
+def test_devices_derive_from_where_backends_run() -> None:
+    settings = Settings(
+        backends=[
+            BackendConfig(name="a", model="m.gguf", threads=2),
+            BackendConfig(name="b", model="m.gguf"),
+            BackendConfig(name="g", model="m.gguf", gpu_layers="all"),
+            BackendConfig(name="x", url="http://10.0.0.2:8080"),
+        ],
+        devices={"cpu": DeviceConfig(capacity=4)},
+    )
+    devices = build_devices(settings)
+    assert set(devices) == {"cpu", "cuda:0", "url:http://10.0.0.2:8080"}
+    assert devices["cpu"].capacity == 4
+    assert (devices["cpu"].share("a"), devices["cpu"].share("b")) == (2, 4)
+    assert (devices["cuda:0"].capacity, devices["cuda:0"].share("g")) == (1, 1)
+
+
+def test_spill_over_says_what_replaced_it() -> None:
+    with pytest.raises(ValueError, match="per-backend `device`"):
+        Settings(backends=[BackendConfig(name="a", model="m.gguf")], spill_over=True)
