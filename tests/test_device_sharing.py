@@ -7,6 +7,7 @@ so two of them must never decode at the same moment. A watcher polls every llama
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -57,7 +58,8 @@ class SlotWatcher:
         names = list(self.urls)
         while not self._stop.is_set():
             busy = list(self._pool.map(self._busy, names))
-            self.samples.append((time.monotonic(), frozenset(n for n, b in zip(names, busy) if b)))
+            now = frozenset(n for n, b in zip(names, busy, strict=True) if b)
+            self.samples.append((time.monotonic(), now))
             time.sleep(0.02)
 
     def __enter__(self) -> SlotWatcher:
@@ -73,7 +75,7 @@ class SlotWatcher:
         """Samples where two backends processed, in two polls in a row (a hand-over between
         two polls of one tick is not an overlap; oversubscription lasts whole requests)."""
         found = []
-        for (_, before), (t, now) in zip(self.samples, self.samples[1:]):
+        for (_, before), (t, now) in itertools.pairwise(self.samples):
             if len(before) > 1 and len(now) > 1:
                 found.append((t, now))
         return found
@@ -149,9 +151,7 @@ def test_calibration_under_load_and_pinned_pairs_take_turns(
             [lambda b=b: ask(client, b, "code") for b in ("plain", "ngram", "draft")]
         )
         wait_calibrated(shared_cpu)
-        alone = {
-            b: max(ask(client, b, "code")[1] for _ in range(2)) for b in ("plain", "ngram")
-        }
+        alone = {b: max(ask(client, b, "code")[1] for _ in range(2)) for b in ("plain", "ngram")}
         pairs = [
             at_once([lambda: ask(client, "plain", "code"), lambda: ask(client, "ngram", "code")])
             for _ in range(6)
