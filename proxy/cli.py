@@ -19,6 +19,7 @@ from proxy.backends.launch import BackendConfigError, prepare_backends
 from proxy.bench.command import bench
 from proxy.config import ConfigError, Settings, load_settings
 from proxy.log import configure_logging, get_logger
+from proxy.preflight import PreflightError, bind_listener, check_files
 from proxy.provision.models import CATALOG, GENERATED, resolve_model
 from proxy.provision.pypi import ProvisionError
 
@@ -53,7 +54,14 @@ specproxy is ready at {base}  (backends: {", ".join(backends)}; model "auto" rou
 
 async def serve(settings: Settings) -> None:
     """Run the proxy until SIGINT/SIGTERM, then stop backends in order."""
-    specs = prepare_backends(settings)
+    check_files(settings)
+    # The port first: a taken one must fail before minutes of building and loading models.
+    listener = bind_listener(settings.host, settings.port)
+    try:
+        specs = prepare_backends(settings)
+    except BaseException:
+        listener.close()
+        raise
     app = build_app(settings, specs)
     runner = web.AppRunner(
         app,
@@ -64,7 +72,7 @@ async def serve(settings: Settings) -> None:
         handler_cancellation=True,
     )
     await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port)
+    site = web.SockSite(runner, listener)
     await site.start()
     port = runner.addresses[0][1] if runner.addresses else settings.port
     if not _is_loopback(settings.host) and not settings.accepted_keys():
@@ -138,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = _load(args)
         configure_logging(settings.log_format, settings.log_level)
         if args.command == "provision":
+            check_files(settings)
             for name in args.extra_models:
                 print(f"{name}: {fetch_model(name, settings)}")
             for spec in prepare_backends(settings):
@@ -161,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(serve(settings))
-    except (ConfigError, BackendConfigError, ProvisionError) as exc:
+    except (ConfigError, BackendConfigError, ProvisionError, PreflightError) as exc:
         print(f"specproxy: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -18,6 +18,9 @@ from collections import deque
 from dataclasses import dataclass
 
 from proxy.config import BackendConfig, Settings
+from proxy.log import get_logger
+
+log = get_logger("devices")
 
 
 @dataclass(frozen=True)
@@ -179,5 +182,15 @@ def build_devices(settings: Settings) -> dict[str, Device]:
         if name not in devices:
             devices[name] = Device(name, device_capacity(name, settings))
         device = devices[name]
-        device.add(cfg.name, backend_share(cfg, name, device.capacity))
+        share = backend_share(cfg, name, device.capacity)
+        if share > device.capacity:
+            log.warning(
+                "backend has more threads than its device has cores; it oversubscribes them "
+                "alone: lower `threads` or raise the device's capacity",
+                backend=cfg.name,
+                threads=share,
+                device=name,
+                capacity=device.capacity,
+            )
+        device.add(cfg.name, share)
     return devices
