@@ -1,0 +1,199 @@
+"""LlamaServerDouble: a stand-in for llama-server's HTTP side, for the fast in-process test tier.
+
+It exists to provoke what a real llama-server rarely does on demand — stalls, connection resets,
+malformed or partial SSE, a slow first token, 5xx answers — and to answer in milliseconds, so the
+proxy's relay, routes, errors, validation, auth, metrics and policy are tested in seconds without a
+llama.cpp build or a model. Its answers have llama-server b11434's shape (OpenAI fields plus
+`timings`); the integration tier checks the same paths against the real binary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+Fault = str  # "stall_first", "stall_after", "reset_after", "malformed", "status", "truncate"
+
+
+@dataclass
+class Behaviour:
+    """What the double does with the next requests; tests change it between calls."""
+
+    tokens: int = 8
+    token_delay_s: float = 0.0
+    first_token_delay_s: float = 0.0
+    stall_after: int | None = None  # stop sending (but keep the connection) after n chunks
+    reset_after: int | None = None  # drop the connection after n chunks
+    malformed_after: int | None = None  # send a line that is not JSON after n chunks
+    status: int = 200  # answer this status with an error body instead
+    draft_n: int = 0
+    draft_n_accepted: int = 0
+    tokens_per_s: float = 50.0
+
+
+@dataclass
+class LlamaServerDouble:
+    """One double server: its behaviour, what it received and how many requests it is serving."""
+
+    behaviour: Behaviour = field(default_factory=Behaviour)
+    received: list[dict[str, Any]] = field(default_factory=list)
+    processing: int = 0
+    peak_processing: int = 0
+    busy: list[tuple[float, float]] = field(default_factory=list)  # (start, end) per request
+    server: TestServer | None = None
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return str(self.server.make_url("")).rstrip("/")
+
+    def timings(self, n: int) -> dict[str, Any]:
+        b = self.behaviour
+        timings: dict[str, Any] = {
+            "cache_n": 0,
+            "prompt_n": 5,
+            "prompt_ms": 2.0,
+            "prompt_per_token_ms": 0.4,
+            "prompt_per_second": 2500.0,
+            "predicted_n": n,
+            "predicted_ms": 1000.0 * n / b.tokens_per_s,
+            "predicted_per_token_ms": 1000.0 / b.tokens_per_s,
+            "predicted_per_second": b.tokens_per_s,
+        }
+        if b.draft_n:
+            timings |= {"draft_n": b.draft_n, "draft_n_accepted": b.draft_n_accepted}
+        return timings
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/slots", self._slots)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_post("/v1/chat/completions", self._complete)
+        app.router.add_post("/v1/completions", self._complete)
+        return app
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def _slots(self, request: web.Request) -> web.Response:
+        return web.json_response([{"id": 0, "is_processing": self.processing > 0}])
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        text = (
+            "# HELP llamacpp:requests_processing Number of requests processing.\n"
+            "# TYPE llamacpp:requests_processing gauge\n"
+            f"llamacpp:requests_processing {self.processing}\n"
+        )
+        return web.Response(text=text, content_type="text/plain")
+
+    async def _complete(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.received.append(body)
+        b = self.behaviour
+        if b.status != 200:
+            return web.json_response(
+                {"error": {"code": b.status, "message": "double: asked to fail", "type": "x"}},
+                status=b.status,
+            )
+        self.processing += 1
+        self.peak_processing = max(self.peak_processing, self.processing)
+        start = time.monotonic()
+        try:
+            if b.first_token_delay_s:
+                await asyncio.sleep(b.first_token_delay_s)
+            n = min(b.tokens, int(body.get("max_tokens") or b.tokens))
+            chat = request.path.endswith("chat/completions")
+            if not body.get("stream"):
+                await asyncio.sleep(b.token_delay_s * n)
+                return web.json_response(self._whole(body, n, chat))
+            return await self._stream(request, body, n, chat)
+        finally:
+            self.processing -= 1
+            self.busy.append((start, time.monotonic()))
+
+    def _whole(self, body: dict[str, Any], n: int, chat: bool) -> dict[str, Any]:
+        text = " ".join(f"w{i}" for i in range(n))
+        choice: dict[str, Any] = (
+            {"index": 0, "message": {"role": "assistant", "content": text}}
+            if chat
+            else {"index": 0, "text": text}
+        )
+        choice["finish_reason"] = "length"
+        return {
+            "id": "chatcmpl-double",
+            "object": "chat.completion" if chat else "text_completion",
+            "created": int(time.time()),
+            "model": body.get("model", "double"),
+            "choices": [choice],
+            "usage": {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": n + 5},
+            "timings": self.timings(n),
+        }
+
+    async def _stream(
+        self, request: web.Request, body: dict[str, Any], n: int, chat: bool
+    ) -> web.StreamResponse:
+        b = self.behaviour
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        async for i, event in self._events(body, n, chat):
+            if b.stall_after is not None and i == b.stall_after:
+                await asyncio.sleep(3600)
+            if b.reset_after is not None and i == b.reset_after:
+                assert request.transport is not None
+                request.transport.close()
+                return response
+            if b.malformed_after is not None and i == b.malformed_after:
+                await response.write(b"data: {not json\n\n")
+            await response.write(f"data: {json.dumps(event)}\n\n".encode())
+            if b.token_delay_s:
+                await asyncio.sleep(b.token_delay_s)
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    async def _events(
+        self, body: dict[str, Any], n: int, chat: bool
+    ) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+        per_token = bool(body.get("timings_per_token"))
+        for i in range(n):
+            piece = f"w{i} "
+            choice: dict[str, Any] = (
+                {"index": 0, "delta": {"content": piece}, "finish_reason": None}
+                if chat
+                else {"index": 0, "text": piece, "finish_reason": None}
+            )
+            event: dict[str, Any] = {
+                "id": "chatcmpl-double",
+                "object": "chat.completion.chunk" if chat else "text_completion",
+                "created": int(time.time()),
+                "model": body.get("model", "double"),
+                "choices": [choice],
+            }
+            if per_token:
+                event["timings"] = self.timings(i + 1)
+            yield i, event
+        final: dict[str, Any] = {
+            "id": "chatcmpl-double",
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": int(time.time()),
+            "model": body.get("model", "double"),
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}],
+            "timings": self.timings(n),
+        }
+        yield n, final
+
+
+async def start_double(behaviour: Behaviour | None = None) -> LlamaServerDouble:
+    """A double listening on a free loopback port."""
+    double = LlamaServerDouble(behaviour or Behaviour())
+    double.server = TestServer(double.app(), host="127.0.0.1")
+    await double.server.start_server()
+    return double

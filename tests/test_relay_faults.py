@@ -1,0 +1,126 @@
+"""What clients see when a backend misbehaves: stalls, resets, malformed SSE, 5xx (fast tier)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.inprocess import fast_proxy
+
+HELLO = [{"role": "user", "content": "Say hello."}]
+
+
+async def sse_events(proxy_url: str, body: dict[str, object]) -> tuple[int, list[str]]:
+    import aiohttp
+
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"{proxy_url}/v1/chat/completions", json=body) as resp,
+    ):
+        text = await resp.text()
+    return resp.status, [line[6:] for line in text.splitlines() if line.startswith("data: ")]
+
+
+async def test_a_stream_passes_through_with_its_timings(tmp_path: Path) -> None:
+    async with fast_proxy(tmp_path) as proxy:
+        client = proxy.openai()
+        stream = await client.chat.completions.create(
+            model="plain", messages=HELLO, max_tokens=5, stream=True  # type: ignore[arg-type]
+        )
+        chunks = [c async for c in stream]
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert text == "w0 w1 w2 w3 w4 "
+        assert chunks[-1].model_extra and chunks[-1].model_extra["timings"]["predicted_n"] == 5
+        # The proxy asked for running timings, so a cut stream is still measured.
+        assert proxy.doubles["plain"].received[-1]["timings_per_token"] is True
+
+
+async def test_no_first_token_is_a_504_and_a_stall_an_sse_error(tmp_path: Path) -> None:
+    async with fast_proxy(
+        tmp_path, first_token_timeout_s=0.3, idle_timeout_s=0.3, request_timeout_s=0.3
+    ) as proxy:
+        double = proxy.doubles["plain"]
+        double.behaviour.first_token_delay_s = 5
+        with pytest.raises(openai.APIStatusError) as err:
+            await proxy.openai().chat.completions.create(
+                model="plain", messages=HELLO  # type: ignore[arg-type]
+            )
+        assert err.value.status_code == 504
+        assert err.value.body["code"] == "upstream_timeout"  # type: ignore[index]
+        double.behaviour.first_token_delay_s = 0
+        double.behaviour.stall_after = 2
+        status, events = await sse_events(
+            proxy.url, {"model": "plain", "messages": HELLO, "stream": True}
+        )
+        assert status == 200 and len(events) == 3
+        error = json.loads(events[-1])["error"]
+        assert error["code"] == "upstream_timeout" and "stalled for 0.3 s" in error["message"]
+        await asyncio.sleep(0.1)
+        assert double.processing == 0, "the stalled upstream request was not cancelled"
+
+
+async def test_a_reset_mid_stream_ends_with_an_error_event_and_marks_the_backend_down(
+    tmp_path: Path,
+) -> None:
+    async with fast_proxy(tmp_path) as proxy:
+        proxy.doubles["ngram"].behaviour.reset_after = 2
+        status, events = await sse_events(
+            proxy.url, {"model": "ngram", "messages": HELLO, "stream": True}
+        )
+        assert status == 200
+        assert json.loads(events[-1])["error"]["code"] == "upstream_error"
+        health = await (await proxy.http.get("/health")).json()
+        assert health["backends"]["ngram"]["state"] == "unhealthy"
+
+
+async def test_malformed_sse_is_relayed_without_breaking_the_stream(tmp_path: Path) -> None:
+    async with fast_proxy(tmp_path) as proxy:
+        proxy.doubles["plain"].behaviour.malformed_after = 1
+        status, events = await sse_events(
+            proxy.url, {"model": "plain", "messages": HELLO, "stream": True, "max_tokens": 4}
+        )
+        assert status == 200 and "{not json" in events and events[-1] == "[DONE]"
+        text = await (await proxy.http.get("/metrics")).text()
+        assert 'specproxy_generated_tokens_total{backend="plain",spec_type="none",task="prose"} 4.0' in text
+
+
+async def test_an_upstream_5xx_reaches_the_client_in_openai_format(tmp_path: Path) -> None:
+    async with fast_proxy(tmp_path) as proxy:
+        proxy.doubles["plain"].behaviour.status = 500
+        with pytest.raises(openai.InternalServerError) as err:
+            await proxy.openai().chat.completions.create(
+                model="plain", messages=HELLO  # type: ignore[arg-type]
+            )
+        assert err.value.status_code == 500
+
+
+async def test_pinned_requests_for_backends_on_one_device_take_turns(tmp_path: Path) -> None:
+    shared = {"device": "gpu0"}
+    async with fast_proxy(
+        tmp_path,
+        backends={"a": shared, "b": shared},
+        devices={"gpu0": {"capacity": 1}},
+    ) as proxy:
+        for d in proxy.doubles.values():
+            d.behaviour.token_delay_s = 0.01
+        client = proxy.openai()
+
+        async def ask(model: str) -> str:
+            raw = await client.chat.completions.with_raw_response.create(
+                model=model, messages=HELLO, stream=False  # type: ignore[arg-type]
+            )
+            return raw.headers["X-Specproxy-Device-Wait"]
+
+        waits = await asyncio.gather(*(ask(m) for m in ["a", "b"] * 4))
+        a, b = proxy.doubles["a"].busy, proxy.doubles["b"].busy
+        assert len(a) == len(b) == 4
+        assert not [(x, y) for x in a for y in b if x[0] < y[1] and y[0] < x[1]]
+        assert any(float(w) > 0 for w in waits)
+        health = await (await proxy.http.get("/health")).json()
+        assert health["devices"]["gpu0"]["waits"] >= 1
+        text = await (await proxy.http.get("/metrics")).text()
+        assert 'specproxy_device_capacity{device="gpu0"} 1.0' in text
