@@ -85,7 +85,8 @@ async def test_malformed_sse_is_relayed_without_breaking_the_stream(tmp_path: Pa
         )
         assert status == 200 and "{not json" in events and events[-1] == "[DONE]"
         text = await (await proxy.http.get("/metrics")).text()
-        assert 'specproxy_generated_tokens_total{backend="plain",spec_type="none",task="prose"} 4.0' in text
+        series = 'specproxy_generated_tokens_total{backend="plain",spec_type="none",task="prose"}'
+        assert f"{series} 4.0" in text
 
 
 async def test_an_upstream_5xx_reaches_the_client_in_openai_format(tmp_path: Path) -> None:
