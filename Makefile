@@ -7,7 +7,7 @@ CONFIG ?=
 TEST_MODELS := qwen2.5-coder-0.5b qwen2.5-coder-1.5b gemma3-270m
 SPECPROXY := $(BIN)/specproxy $(if $(CONFIG),--config $(CONFIG),)
 
-.PHONY: serve test provision system-deps lint bench clean
+.PHONY: serve test test-fast provision system-deps lint bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ serve: provision
 test: $(STAMP) system-deps
 	$(BIN)/specproxy --config tests/configs/test.yaml provision $(TEST_MODELS)
 	$(BIN)/pytest -ra
+
+# The in-process tier: no llama-server, no models, seconds.
+test-fast: $(STAMP)
+	$(BIN)/pytest -m "not integration" -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check proxy tests loadtests scripts

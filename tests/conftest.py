@@ -21,6 +21,20 @@ ROOT = Path(__file__).resolve().parent.parent
 TEST_CONFIG = ROOT / "tests" / "configs" / "test.yaml"
 
 
+# Fixtures that need a llama-server build or the provisioned models: their tests are the
+# integration tier (`pytest -m integration`); the rest run in seconds (`make test-fast`).
+INTEGRATION_FIXTURES = frozenset(
+    {"proxy", "client", "async_client", "models_dir", "tokenizer_source", "llama_server"}
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that uses a real backend or model as integration."""
+    for item in items:
+        if INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+
+
 def free_port() -> int:
     """A loopback port nobody listens on right now."""
     with socket.socket() as sock:

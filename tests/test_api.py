@@ -10,6 +10,8 @@ import pytest
 
 from tests.conftest import RunningProxy, get_json
 
+pytestmark = pytest.mark.integration
+
 HELLO = [{"role": "user", "content": "Say hello in five words."}]
 
 

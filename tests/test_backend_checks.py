@@ -10,6 +10,8 @@ from proxy.backends.gguf_info import GgufError, read_gguf_info, vocab_mismatch
 from proxy.backends.launch import BackendConfigError, llama_server_argv, prepare_backend
 from proxy.config import BackendConfig, Settings, default_cache_dir
 
+pytestmark = pytest.mark.integration
+
 MODELS = default_cache_dir() / "models"
 SMOL = MODELS / "smollm2-135m-instruct-q4_1.gguf"
 QWEN_05 = MODELS / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"

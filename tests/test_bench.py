@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from proxy.bench.report import first_difference
 from tests.conftest import ROOT
 
@@ -28,6 +30,7 @@ def rows(out: Path) -> dict[tuple[str, str, str], dict[str, str]]:
         return {(r["task"], r["configuration"], r["temperature"]): r for r in csv.DictReader(fh)}
 
 
+@pytest.mark.integration
 def test_lab_table_with_draft_sweep_and_ngram(tmp_path: Path) -> None:
     stdout = run_bench("test.yaml", tmp_path, "--tasks", "code,prose", "--n-max", "2")
     table = rows(tmp_path)
@@ -45,6 +48,7 @@ def test_lab_table_with_draft_sweep_and_ngram(tmp_path: Path) -> None:
     assert "For a coding assistant (code):" in stdout and "For general chat (prose):" in stdout
 
 
+@pytest.mark.integration
 def test_mtp_row_appears_when_an_mtp_backend_is_configured(tmp_path: Path) -> None:
     run_bench("mtp.yaml", tmp_path, "--tasks", "code", "--temperatures", "0")
     table = rows(tmp_path)

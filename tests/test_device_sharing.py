@@ -20,6 +20,8 @@ import pytest
 
 from tests.conftest import RunningProxy, get_json, start_proxy
 
+pytestmark = pytest.mark.integration
+
 CONFIG = """
 devices:
   cpu: {capacity: 2}

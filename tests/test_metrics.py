@@ -23,6 +23,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import ROOT, RunningProxy, free_port
 
+pytestmark = pytest.mark.integration
+
 DEPLOY = ROOT / "deploy"
 GRAFANA = DEPLOY / "grafana"
 DASHBOARD = GRAFANA / "dashboards" / "specproxy.json"

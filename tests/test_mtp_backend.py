@@ -12,6 +12,8 @@ import pytest
 
 from tests.conftest import ROOT, RunningProxy, get_json, start_proxy
 
+pytestmark = pytest.mark.integration
+
 PROMPT = [{"role": "user", "content": "Tell me a long story."}]
 
 

@@ -29,7 +29,10 @@ async def test_a_stream_passes_through_with_its_timings(tmp_path: Path) -> None:
     async with fast_proxy(tmp_path) as proxy:
         client = proxy.openai()
         stream = await client.chat.completions.create(
-            model="plain", messages=HELLO, max_tokens=5, stream=True  # type: ignore[arg-type]
+            model="plain",
+            messages=HELLO,
+            max_tokens=5,
+            stream=True,  # type: ignore[arg-type]
         )
         chunks = [c async for c in stream]
         text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -47,7 +50,8 @@ async def test_no_first_token_is_a_504_and_a_stall_an_sse_error(tmp_path: Path) 
         double.behaviour.first_token_delay_s = 5
         with pytest.raises(openai.APIStatusError) as err:
             await proxy.openai().chat.completions.create(
-                model="plain", messages=HELLO  # type: ignore[arg-type]
+                model="plain",
+                messages=HELLO,  # type: ignore[arg-type]
             )
         assert err.value.status_code == 504
         assert err.value.body["code"] == "upstream_timeout"  # type: ignore[index]
@@ -94,7 +98,8 @@ async def test_an_upstream_5xx_reaches_the_client_in_openai_format(tmp_path: Pat
         proxy.doubles["plain"].behaviour.status = 500
         with pytest.raises(openai.InternalServerError) as err:
             await proxy.openai().chat.completions.create(
-                model="plain", messages=HELLO  # type: ignore[arg-type]
+                model="plain",
+                messages=HELLO,  # type: ignore[arg-type]
             )
         assert err.value.status_code == 500
 
@@ -112,7 +117,9 @@ async def test_pinned_requests_for_backends_on_one_device_take_turns(tmp_path: P
 
         async def ask(model: str) -> str:
             raw = await client.chat.completions.with_raw_response.create(
-                model=model, messages=HELLO, stream=False  # type: ignore[arg-type]
+                model=model,
+                messages=HELLO,
+                stream=False,  # type: ignore[arg-type]
             )
             return raw.headers["X-Specproxy-Device-Wait"]
 

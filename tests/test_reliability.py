@@ -16,6 +16,8 @@ import pytest
 
 from tests.conftest import RunningProxy, get_json, start_proxy
 
+pytestmark = pytest.mark.integration
+
 LONG = [{"role": "user", "content": "Count from 1 to 1000, one number per line."}]
 TWO_BACKENDS = """
 health_interval_s: 0.5

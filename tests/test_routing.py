@@ -13,6 +13,8 @@ import pytest
 
 from tests.conftest import ROOT, RunningProxy, get_json, start_proxy
 
+pytestmark = pytest.mark.integration
+
 MTP_CONFIG = ROOT / "tests" / "configs" / "mtp.yaml"
 PROMPTS = {
     "code": "Write a Python function that parses an ISO date.",

@@ -14,6 +14,8 @@ import pytest
 
 from tests.conftest import RunningProxy, get_json, start_proxy
 
+pytestmark = pytest.mark.integration
+
 SOLO = """
 backends:
   - {name: solo, kind: plain, model: smollm2-135m, threads: 1, ctx_size: 1024}

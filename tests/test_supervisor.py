@@ -14,6 +14,8 @@ import pytest
 
 from tests.conftest import ROOT, RunningProxy, start_proxy
 
+pytestmark = pytest.mark.integration
+
 ONE_BACKEND = """
 restart_backoff_initial_s: 0.2
 health_interval_s: 0.5
