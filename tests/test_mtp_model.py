@@ -18,7 +18,8 @@ import gguf
 import numpy as np
 import pytest
 
-from proxy.provision.mtp_model import _read_kv, write_tiny_mtp_model
+from proxy.backends.gguf_info import read_gguf_header
+from proxy.provision.mtp_model import write_tiny_mtp_model
 
 TOKENIZER_SOURCE = Path.home() / ".cache/specproxy/models/smollm2-135m-instruct-q4_1.gguf"
 DEFAULT_SERVER = Path.home() / ".cache/specproxy/build-11434/bin/llama-server"
@@ -52,7 +53,7 @@ def test_layout_is_glm4moe_with_nextn_and_smollm_vocab(
     names = {t.name for t in reader.tensors}
     assert f"blk.{n_layer - 1}.nextn.eh_proj.weight" in names
 
-    source = {key: value for key, value, _, _ in _read_kv(tokenizer_source)}
+    source = read_gguf_header(tokenizer_source, keep_array=lambda key: True).kv
     tokens = reader.fields["tokenizer.ggml.tokens"].contents()
     assert len(tokens) == 49152
     assert tokens == source["tokenizer.ggml.tokens"]
