@@ -27,6 +27,7 @@ from locust.exception import StopUser
 
 from loadtests.measure import Sample, summarise, write_samples
 from loadtests.prompts import PROMPTS
+from proxy.llamacpp import Timings
 
 log = logging.getLogger("loadtests")
 TASKS = (*PROMPTS, "mixed")
@@ -253,16 +254,17 @@ class _ChatUser(User):
                     timings = answer.get("timings") or {}
                     sample.tokens = int((answer.get("usage") or {}).get("completion_tokens", 0))
                     size = len(resp.content)
-            if "predicted_per_second" not in timings:
+            measured = Timings.parse(timings)
+            if not measured.measured:
                 raise _Failed("the answer carries no llama.cpp timings")
         except (requests.RequestException, ValueError, _Failed) as exc:
             sample.outcome, sample.error = "failed", f"{exc.__class__.__name__}: {exc}"
             return 0
         sample.outcome = "ok"
-        sample.tokens = int(timings.get("predicted_n", sample.tokens))
-        sample.tokens_per_s = float(timings["predicted_per_second"])
-        sample.draft_n = int(timings.get("draft_n", 0))
-        sample.draft_n_accepted = int(timings.get("draft_n_accepted", 0))
+        sample.tokens = measured.predicted_n or sample.tokens
+        sample.tokens_per_s = measured.tokens_per_s
+        sample.draft_n = measured.draft_n
+        sample.draft_n_accepted = measured.draft_n_accepted
         return size
 
     def _fire(self, sample: Sample, elapsed_ms: float, size: int) -> None:

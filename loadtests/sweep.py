@@ -28,6 +28,7 @@ from loadtests.report import (
     write_markdown,
     write_plot,
 )
+from proxy.llamacpp import metric_value
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
@@ -199,11 +200,7 @@ def _llama_servers_busy(url: str, api_key: str | None) -> bool:
             text = resp.read().decode()
     except (OSError, ValueError):
         return False
-    return any(
-        float(line.rsplit(" ", 1)[1]) > 0
-        for line in text.splitlines()
-        if line.startswith("llamacpp_requests_processing{")
-    )
+    return metric_value(text, "llamacpp_requests_processing") > 0
 
 
 def _wait_idle(url: str, timeout: float, api_key: str | None = None) -> bool:

@@ -18,6 +18,7 @@ from proxy.api.state import POOL
 from proxy.backends.launch import BackendConfigError, prepare_backends
 from proxy.bench.command import bench
 from proxy.config import ConfigError, Settings, load_settings
+from proxy.llamacpp import DRAFT_N_MAX_SWEEP
 from proxy.log import configure_logging, get_logger
 from proxy.preflight import PreflightError, bind_listener, check_files
 from proxy.provision.models import CATALOG, GENERATED, resolve_model
@@ -133,7 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     p_bench.add_argument("--repeats", type=int, default=1, help="runs per cell (median)")
     p_bench.add_argument("--tasks", default="prose,code,echo")
     p_bench.add_argument("--temperatures", default="0,1")
-    p_bench.add_argument("--n-max", default="2,4,8,16", help="draft n-max sweep")
+    p_bench.add_argument(
+        "--n-max", default=",".join(map(str, DRAFT_N_MAX_SWEEP)), help="draft n-max sweep"
+    )
     args = parser.parse_args(argv)
 
     if args.command == "models":

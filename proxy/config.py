@@ -25,13 +25,16 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from proxy.llamacpp import DEFAULT_DRAFT_N_MAX
+
 BackendKind = Literal["plain", "draft-simple", "ngram", "draft-mtp"]
 NgramVariant = Literal["ngram-simple", "ngram-mod", "ngram-map-k", "ngram-map-k4v", "ngram-cache"]
 GpuLayers = int | Literal["auto", "all"]
 LogFormat = Literal["auto", "json", "console"]
 
 DEFAULT_CONFIG = Path(__file__).parent / "defaults" / "cpu.yaml"
-RESERVED_MODEL_IDS = frozenset({"auto", "auto-code", "auto-prose", "auto-echo"})
+# `auto` and `auto-<task class>` route; a backend may not take such a name.
+_ROUTING_ID_RE = re.compile(r"^auto(-.*)?$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -82,7 +85,7 @@ class BackendConfig(BaseModel):
             raise ValueError(
                 f"backend name {name!r} must be 1-64 characters of letters, digits, '.', '_', '-'"
             )
-        if name in RESERVED_MODEL_IDS:
+        if _ROUTING_ID_RE.match(name):
             raise ValueError(f"backend name {name!r} is reserved for routing; choose another")
         return name
 
@@ -113,6 +116,11 @@ class BackendConfig(BaseModel):
                 "`draft_model` or set kind: draft-simple"
             )
         return self
+
+    @property
+    def n_max(self) -> int:
+        """Tokens drafted per step: the configured draft_n_max or llama-server's default."""
+        return self.draft_n_max or DEFAULT_DRAFT_N_MAX
 
     @property
     def spec_type(self) -> str | None:

@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from proxy.config import DEFAULT_CONFIG  # noqa: E402
+from proxy.llamacpp import Timings  # noqa: E402
 
 POLICIES: dict[str, tuple[int, int]] = {
     # name: (threads per backend, device capacity)
@@ -118,10 +119,10 @@ async def one(
     async with session.post(f"{url}/v1/chat/completions", json=body) as resp:
         data = await resp.json()
         wait = float(resp.headers.get("X-Specproxy-Device-Wait", "0"))
-    timings = data.get("timings") or {}
+    timings = Timings.parse(data.get("timings"))
     return (
-        int(timings.get("predicted_n", 0)),
-        float(timings.get("predicted_per_second", 0.0)),
+        timings.predicted_n,
+        timings.tokens_per_s,
         wait,
         time.monotonic(),
     )

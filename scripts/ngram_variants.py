@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from proxy.backends.launch import llama_server_argv
 from proxy.config import BackendConfig, Settings, load_settings
+from proxy.llamacpp import Timings
 from proxy.prompts import REFERENCE_PROMPTS
 from proxy.provision.llama_server import ensure_llama_server
 from proxy.provision.models import resolve_model
@@ -76,7 +77,7 @@ def servers(settings: Settings) -> Iterator[dict[str, int]]:
             proc.wait(30)
 
 
-def complete(port: int, prompt: str, tokens: int) -> dict[str, float]:
+def complete(port: int, prompt: str, tokens: int) -> Timings:
     body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": tokens}
     req = urllib.request.Request(
         f"http://127.0.0.1:{port}/v1/chat/completions",
@@ -84,8 +85,7 @@ def complete(port: int, prompt: str, tokens: int) -> dict[str, float]:
         {"Content-Type": "application/json"},
     )
     with urllib.request.urlopen(req, timeout=600) as resp:
-        timings: dict[str, float] = json.loads(resp.read())["timings"]
-    return timings
+        return Timings.parse(json.loads(resp.read())["timings"])
 
 
 def main() -> None:
@@ -108,10 +108,10 @@ def main() -> None:
             for name in names[i % len(names) :] + names[: i % len(names)]:
                 t = complete(ports[name], prompt, args.tokens)
                 row = totals[(name, task)]
-                row[0] += t["predicted_n"]
-                row[1] += t["predicted_ms"] / 1000
-                row[2] += t.get("draft_n", 0)
-                row[3] += t.get("draft_n_accepted", 0)
+                row[0] += t.predicted_n
+                row[1] += t.predicted_ms / 1000
+                row[2] += t.draft_n
+                row[3] += t.draft_n_accepted
     tasks = ("code", "prose", "echo")
     counts = {t: sum(task == t for task, _ in prompts) for t in tasks}
     print(f"\n{args.tokens} max tokens, temperature 0, one stream; prompts per class: {counts}\n")

@@ -10,6 +10,7 @@ from pathlib import Path
 import openai
 import pytest
 
+from proxy.llamacpp import metric_value
 from tests.conftest import ROOT, RunningProxy, get_json, start_proxy
 
 pytestmark = pytest.mark.integration
@@ -71,11 +72,7 @@ def test_plain_backend_on_the_same_model_does_not_draft(mtp_proxy: RunningProxy)
 
 
 def _metric(text: str, name: str, backend: str) -> float:
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith(name + "{") and f'backend="{backend}"' in line
-    )
+    return metric_value(text, name, backend=backend)
 
 
 def test_mtp_drafts_reach_the_scoreboard_and_metrics(mtp_proxy: RunningProxy) -> None:

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from proxy.backends.gguf_info import read_gguf_header
+from proxy.llamacpp import metric_value
 from proxy.provision.mtp_model import write_tiny_mtp_model
 
 TOKENIZER_SOURCE = Path.home() / ".cache/specproxy/models/smollm2-135m-instruct-q4_1.gguf"
@@ -163,12 +164,8 @@ def test_exact_mtp_head_is_accepted(
 
         status, metrics = _get(base + "/metrics")
         assert status == 200
-        drafted = [
-            float(line.split()[-1])
-            for line in metrics.splitlines()
-            if line.startswith("llamacpp:spec_decode_num_draft_tokens_total")
-        ]
-        assert drafted and drafted[0] > 0, metrics
+        drafted = metric_value(metrics, "llamacpp:spec_decode_num_draft_tokens_total")
+        assert drafted > 0, metrics
 
 
 def test_noisy_mtp_head_is_mostly_rejected(

@@ -15,6 +15,7 @@ from proxy.api.relay import CLIENT_GONE, Measurement, RelayTimeouts, relay
 from proxy.api.state import METRICS, POOL, ROUTER, SESSION, SETTINGS
 from proxy.api.validation import Endpoint, validate_body
 from proxy.backends.supervisor import BackendSaturatedError
+from proxy.llamacpp import Timings
 from proxy.log import get_logger
 from proxy.metrics import CONTENT_TYPE, RequestRecord
 from proxy.routing.policy import RoutableBackend, RouteChoice
@@ -74,7 +75,9 @@ def _finish(
     device: str,
 ) -> None:
     """Record what an answer measured (a stream its client left included) and log one line."""
-    outcome = Outcome.from_timings(backend, task, choice.level, measured.timings, measured.ttft_s)
+    outcome = Outcome.from_timings(
+        backend, task, choice.level, Timings.parse(measured.timings), measured.ttft_s
+    )
     if measured.status == 200 and measured.error in (None, CLIENT_GONE):
         request.app[ROUTER].record(outcome)
     log.info(

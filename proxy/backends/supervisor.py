@@ -174,7 +174,7 @@ class BackendSupervisor:
     @property
     def draft_n_max(self) -> int:
         """Tokens drafted per step (llama-server's default is 3)."""
-        return self.spec.config.draft_n_max or 3
+        return self.spec.config.n_max
 
     @property
     def pid(self) -> int | None:

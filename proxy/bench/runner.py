@@ -13,6 +13,7 @@ from proxy.backends.launch import LaunchSpec, prepare_backend
 from proxy.backends.supervisor import BackendSupervisor
 from proxy.bench.variants import Variant
 from proxy.config import Settings
+from proxy.llamacpp import METRIC_PREFIX, Timings, metric_value
 from proxy.log import get_logger
 from proxy.prompts import chat_body
 
@@ -49,10 +50,7 @@ class Run:
 async def _counter(session: aiohttp.ClientSession, base: str, name: str) -> float:
     async with session.get(f"{base}/metrics") as resp:
         text = await resp.text()
-    for line in text.splitlines():
-        if line.startswith(f"llamacpp:{name} "):
-            return float(line.split()[1])
-    return 0.0
+    return metric_value(text, METRIC_PREFIX + name)
 
 
 async def _generate(
@@ -101,15 +99,15 @@ async def run_variant(
                         body, drafts = await _generate(
                             session, backend.base_url, task, tokens, temperature
                         )
-                        timings = body.get("timings") or {}
+                        timings = Timings.parse(body.get("timings"))
                         run = Run(
                             variant=variant.label,
                             task=task,
                             temperature=temperature,
-                            tokens_per_s=float(timings.get("predicted_per_second", 0.0)),
-                            predicted_n=int(timings.get("predicted_n", 0)),
-                            draft_n=int(timings.get("draft_n", 0)),
-                            accepted=int(timings.get("draft_n_accepted", 0)),
+                            tokens_per_s=timings.tokens_per_s,
+                            predicted_n=timings.predicted_n,
+                            draft_n=timings.draft_n,
+                            accepted=timings.draft_n_accepted,
                             drafts=int(drafts),
                             text=body["choices"][0]["message"].get("content") or "",
                             sweep=variant.sweep,

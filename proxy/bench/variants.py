@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from proxy.config import BackendConfig
-
-DEFAULT_N_MAX_SWEEP = (2, 4, 8, 16)
+from proxy.llamacpp import DRAFT_N_MAX_SWEEP
 
 
 @dataclass(frozen=True)
@@ -29,12 +28,12 @@ def _label(cfg: BackendConfig) -> str:
     if cfg.kind == "ngram":
         return cfg.ngram_variant
     if cfg.kind == "draft-simple":
-        return f"draft-simple n-max {cfg.draft_n_max or 3}"
-    return f"draft-mtp n-max {cfg.draft_n_max or 3}"
+        return f"draft-simple n-max {cfg.n_max}"
+    return f"draft-mtp n-max {cfg.n_max}"
 
 
 def lab_variants(
-    backends: list[BackendConfig], n_max_sweep: tuple[int, ...] = DEFAULT_N_MAX_SWEEP
+    backends: list[BackendConfig], n_max_sweep: tuple[int, ...] = DRAFT_N_MAX_SWEEP
 ) -> list[Variant]:
     """Every configured backend, plus each draft-simple backend at every n-max of the sweep."""
     variants: list[Variant] = []
@@ -48,7 +47,7 @@ def lab_variants(
         if cfg.kind != "draft-simple" or not cfg.supervised:
             continue
         for n in n_max_sweep:
-            if n == (cfg.draft_n_max or 3):
+            if n == cfg.n_max:
                 continue
             swept = cfg.model_copy(update={"name": f"{cfg.name}-n{n}", "draft_n_max": n})
             variants.append(Variant(f"draft-simple n-max {n}", swept, sweep=True))

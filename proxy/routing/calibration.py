@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import aiohttp
 
 from proxy.backends.supervisor import BackendSaturatedError, BackendSupervisor
+from proxy.llamacpp import Timings
 from proxy.log import get_logger
 from proxy.prompts import chat_body
 from proxy.routing.classifier import TASK_CLASSES
@@ -44,15 +45,15 @@ async def calibrate(
             except (aiohttp.ClientError, TimeoutError, ValueError, BackendSaturatedError) as exc:
                 log.warning("calibration request failed", backend=backend.name, error=str(exc))
                 continue
-            timings = body.get("timings") or {}
+            timings = Timings.parse(body.get("timings"))
             scoreboard.record(Outcome.from_timings(backend.name, task, 1, timings))
             log.info(
                 "calibrating",
                 step=f"{i}/{len(todo)}",
                 backend=backend.name,
                 task=task,
-                tokens_per_s=round(float(timings.get("predicted_per_second", 0.0)), 1),
-                draft_n=timings.get("draft_n"),
-                draft_n_accepted=timings.get("draft_n_accepted"),
+                tokens_per_s=round(timings.tokens_per_s, 1),
+                draft_n=timings.draft_n,
+                draft_n_accepted=timings.draft_n_accepted,
             )
     return len(todo) * requests

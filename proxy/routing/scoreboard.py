@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+
+from proxy.llamacpp import Timings
 
 LOAD_LEVELS = (1, 2, 4, 8)
 _FAST = 0.5
@@ -57,19 +57,19 @@ class Outcome:
         backend: str,
         task: str,
         level: int,
-        timings: Mapping[str, Any],
+        timings: Timings,
         ttft_s: float | None = None,
     ) -> Outcome:
-        """A sample from llama.cpp's `timings` object."""
+        """A sample from what llama.cpp measured."""
         return cls(
             backend=backend,
             task=task,
             level=level,
-            tokens_per_s=timings.get("predicted_per_second"),
+            tokens_per_s=timings.tokens_per_s if timings.measured else None,
             ttft_s=ttft_s,
-            predicted_n=int(timings.get("predicted_n", 0)),
-            draft_n=int(timings.get("draft_n", 0)),
-            draft_n_accepted=int(timings.get("draft_n_accepted", 0)),
+            predicted_n=timings.predicted_n,
+            draft_n=timings.draft_n,
+            draft_n_accepted=timings.draft_n_accepted,
         )
 
 
