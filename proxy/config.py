@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -148,6 +149,21 @@ class BackendConfig(BaseModel):
         return self.url is None
 
 
+@dataclass(frozen=True)
+class Supervision:
+    """What a backend's supervisor needs of the settings: where, how patiently, how hard."""
+
+    backend_host: str
+    ready_timeout_s: float
+    health_interval_s: float
+    restart_backoff_initial_s: float
+    restart_backoff_max_s: float
+    shutdown_grace_s: float
+    # How long llama-server may keep computing an abandoned request before the device is freed.
+    abandoned_grace_s: float
+    max_queue: int
+
+
 class DeviceConfig(BaseModel):
     """One device's budget: what may decode on it at once."""
 
@@ -275,6 +291,19 @@ class Settings(BaseSettings):
         if dupes:
             raise ValueError(f"backend names must be unique; repeated: {', '.join(dupes)}")
         return self
+
+    def supervision(self) -> Supervision:
+        """The part of the settings a backend's supervisor uses."""
+        return Supervision(
+            backend_host=self.backend_host,
+            ready_timeout_s=self.ready_timeout_s,
+            health_interval_s=self.health_interval_s,
+            restart_backoff_initial_s=self.restart_backoff_initial_s,
+            restart_backoff_max_s=self.restart_backoff_max_s,
+            shutdown_grace_s=self.shutdown_grace_s,
+            abandoned_grace_s=self.request_timeout_s,
+            max_queue=self.max_queue,
+        )
 
     def backends_fingerprint(self) -> str:
         """Short hash of the backend definitions: measurements are only valid for the same ones."""

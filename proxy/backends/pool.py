@@ -20,7 +20,7 @@ class BackendPool:
         self.devices: dict[str, Device] = build_devices(settings)
         self._by_name = {
             s.config.name: BackendSupervisor(
-                s, settings, session, self.devices[s.config.device_name]
+                s, settings.supervision(), session, self.devices[s.config.device_name]
             )
             for s in specs
         }

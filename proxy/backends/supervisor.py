@@ -17,7 +17,7 @@ import aiohttp
 
 from proxy.backends.devices import Device
 from proxy.backends.launch import LaunchSpec, free_port
-from proxy.config import Settings
+from proxy.config import Supervision
 from proxy.log import get_logger
 
 BackendState = Literal["starting", "ready", "unhealthy", "restarting", "stopped"]
@@ -53,7 +53,7 @@ class BackendSupervisor:
     def __init__(
         self,
         spec: LaunchSpec,
-        settings: Settings,
+        settings: Supervision,
         session: aiohttp.ClientSession,
         device: Device,
     ):
@@ -141,7 +141,7 @@ class BackendSupervisor:
         step first (seconds for a long verification on a CPU) and b11434 keeps generating a
         non-streamed answer to the end; the device is not free before that.
         """
-        deadline = time.monotonic() + self.settings.request_timeout_s
+        deadline = time.monotonic() + self.settings.abandoned_grace_s
         try:
             while time.monotonic() < deadline and self.ready:
                 busy = await self._busy_slots()

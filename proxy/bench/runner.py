@@ -83,7 +83,7 @@ async def run_variant(
         # Alone on its device: the bench starts one variant at a time.
         device = Device("bench", capacity=1)
         device.add(spec.config.name, 1)
-        backend = BackendSupervisor(spec, settings, session, device)
+        backend = BackendSupervisor(spec, settings.supervision(), session, device)
         backend.start()
         try:
             if not await backend.wait_ready(settings.ready_timeout_s):
