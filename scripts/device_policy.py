@@ -23,10 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from proxy.config import DEFAULT_CONFIG  # noqa: E402
 from proxy.llamacpp import Timings  # noqa: E402
+from tests.conftest import start_proxy  # noqa: E402
 
 POLICIES: dict[str, tuple[int, int]] = {
     # name: (threads per backend, device capacity)
@@ -74,36 +72,6 @@ def write_config(threads: int, capacity: int, path: Path) -> None:
     config["devices"] = {"cpu": {"capacity": capacity}}
     config["calibration_requests"] = 0
     path.write_text(yaml.safe_dump(config))
-
-
-def start(config: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
-        "SPECPROXY_PORT": str(port),
-        "SPECPROXY_SCOREBOARD_FILE": str(log.with_suffix(".json")),
-    }
-    with log.open("wb") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "proxy", "--config", str(config), "serve"],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-
-
-async def wait_ready(
-    session: aiohttp.ClientSession, url: str, proc: subprocess.Popen[bytes]
-) -> None:
-    while proc.poll() is None:
-        try:
-            async with session.get(f"{url}/health") as resp:
-                if resp.status == 200 and (await resp.json())["status"] == "ok":
-                    return
-        except aiohttp.ClientError:
-            pass
-        await asyncio.sleep(0.5)
-    raise RuntimeError("the proxy exited; see its log")
 
 
 async def one(
@@ -156,17 +124,17 @@ async def cell(
     )
 
 
-async def measure(policy: str, tokens: int, workdir: Path, port: int) -> list[Cell]:
+async def measure(policy: str, tokens: int, workdir: Path) -> list[Cell]:
     threads, capacity = POLICIES[policy]
     config = workdir / f"{policy}.yaml"
     write_config(threads, capacity, config)
-    proc = start(config, port, workdir / f"{policy}.log")
-    url = f"http://127.0.0.1:{port}"
+    proxy = start_proxy(config, workdir / f"{policy}.log")
+    url = proxy.url
     cells: list[Cell] = []
     try:
+        await asyncio.to_thread(proxy.wait_ready, 900)
         timeout = aiohttp.ClientTimeout(total=None)
         async with aiohttp.ClientSession(timeout=timeout) as session:
-            await wait_ready(session, url, proc)
             for model in ("plain", "ngram"):  # warm each backend's prompt cache
                 await one(session, url, model, 4)
             for _ in range(2):
@@ -177,8 +145,7 @@ async def measure(policy: str, tokens: int, workdir: Path, port: int) -> list[Ce
                 cells.append(await cell(session, url, policy, "plain only", ["plain"] * n, tokens))
                 print(f"  {policy}: {n} streams done", file=sys.stderr, flush=True)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
+        proxy.stop()
     return cells
 
 
@@ -217,7 +184,6 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--port", type=int, default=8093)
     parser.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES))
     args = parser.parse_args()
     cells: list[Cell] = []
@@ -226,7 +192,7 @@ async def main() -> None:
         for r in range(args.rounds):
             for policy in order if r % 2 == 0 else reversed(order):
                 print(f"round {r + 1}: {policy}", file=sys.stderr, flush=True)
-                cells += await measure(policy, args.tokens, Path(tmp), args.port)
+                cells += await measure(policy, args.tokens, Path(tmp))
     print(report(cells))
 
 
