@@ -99,9 +99,11 @@ def shared_cpu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProx
     config = tmp / "shared.yaml"
     config.write_text(CONFIG)
     running = start_proxy(config, tmp / "proxy.log", SPECPROXY_CALIBRATION_REQUESTS="1")
-    running.wait_ready()
-    yield running
-    running.stop()
+    try:
+        running.wait_ready()
+        yield running
+    finally:
+        running.stop()
 
 
 def ask(client: openai.OpenAI, model: str, task: str) -> tuple[str, float, str, float]:

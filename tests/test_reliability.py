@@ -97,9 +97,11 @@ def pair(tmp_path: Path) -> Iterator[RunningProxy]:
     config = tmp_path / "pair.yaml"
     config.write_text(TWO_BACKENDS)
     running = start_proxy(config, tmp_path / "proxy.log", SPECPROXY_CALIBRATION_REQUESTS="0")
-    running.wait_ready()
-    yield running
-    running.stop()
+    try:
+        running.wait_ready()
+        yield running
+    finally:
+        running.stop()
 
 
 def test_client_disconnect_frees_the_slot_and_spares_other_streams(proxy: RunningProxy) -> None:
