@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 import uuid
@@ -164,6 +165,18 @@ async def _serve(
             "X-Specproxy-Device": device,
         }
         measured = Measurement()
+        finish = functools.partial(
+            _finish,
+            request,
+            request_id,
+            endpoint,
+            body,
+            backend.name,
+            task,
+            choice,
+            measured,
+            device,
+        )
         try:
             async with supervisor.slot() as use:
                 headers["X-Specproxy-Device-Wait"] = f"{use.device_wait_s:.3f}"
@@ -196,17 +209,7 @@ async def _serve(
             ) from None
         except asyncio.CancelledError:
             measured.error = measured.error or CLIENT_GONE
-            _finish(
-                request,
-                request_id,
-                endpoint,
-                body,
-                backend.name,
-                task,
-                choice,
-                measured,
-                device,
-            )
+            finish()
             raise
         except ApiError as exc:
             if exc.status == 502:
@@ -214,17 +217,7 @@ async def _serve(
             if exc.code != "backend_unreachable" or choice.reason == "pinned" or attempt == 2:
                 raise
     seen.measured, seen.status = measured, measured.status
-    _finish(
-        request,
-        request_id,
-        endpoint,
-        body,
-        backend.name,
-        task,
-        choice,
-        measured,
-        device,
-    )
+    finish()
     return response
 
 
