@@ -4,7 +4,6 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CONFIG ?=
-TEST_MODELS := qwen2.5-coder-0.5b qwen2.5-coder-1.5b gemma3-270m
 SPECPROXY := $(BIN)/specproxy $(if $(CONFIG),--config $(CONFIG),)
 
 .PHONY: serve test test-fast provision system-deps lint bench clean
@@ -25,7 +24,7 @@ serve: provision
 	$(SPECPROXY) serve
 
 test: $(STAMP) system-deps
-	$(BIN)/specproxy --config tests/configs/test.yaml provision $(TEST_MODELS)
+	$(BIN)/specproxy --config tests/configs/test.yaml provision
 	$(BIN)/pytest -ra
 
 # The in-process tier: no llama-server, no models, seconds.

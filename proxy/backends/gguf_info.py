@@ -165,14 +165,14 @@ MAX_VOCAB_SIZE_DIFFERENCE = 128
 
 def vocab_mismatch(target: GgufInfo, draft: GgufInfo) -> str | None:
     """Why a draft cannot draft for a target (as llama.cpp would judge it), or None if it can."""
-    if target.tokens_sha256 == draft.tokens_sha256:
-        return None
     if target.tokenizer_model != draft.tokenizer_model:
         return f"tokenizer {draft.tokenizer_model!r} != {target.tokenizer_model!r}"
     if abs(target.n_tokens - draft.n_tokens) > MAX_VOCAB_SIZE_DIFFERENCE:
         return f"vocabulary sizes {draft.n_tokens} and {target.n_tokens} differ too much"
     if (target.bos_token_id, target.eos_token_id) != (draft.bos_token_id, draft.eos_token_id):
         return "BOS/EOS token ids differ"
+    if target.tokens_sha256 == draft.tokens_sha256:
+        return None
     for i, (a, b) in enumerate(zip(target.tokens, draft.tokens, strict=False)):
         if a != b:
             return f"token {i} is {b!r} in the draft but {a!r} in the target"
