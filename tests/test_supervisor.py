@@ -13,6 +13,7 @@ import openai
 import pytest
 
 from tests.conftest import ROOT, RunningProxy, start_proxy
+from tests.test_backend_checks import vocab_file
 
 pytestmark = pytest.mark.integration
 
@@ -103,13 +104,14 @@ def _serve_fails(tmp_path: Path, config_text: str, **env: str) -> str:
 
 
 def test_mismatched_draft_pair_refuses_to_start(tmp_path: Path) -> None:
+    other = vocab_file(tmp_path / "other-vocab.gguf")
     stderr = _serve_fails(
         tmp_path,
         "backends:\n  - {name: d, kind: draft-simple, model: smollm2-135m,"
-        " draft_model: qwen2.5-coder-0.5b}\n",
+        f" draft_model: {other}}}\n",
     )
     assert "cannot draft for target" in stderr
-    assert "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" in stderr
+    assert "other-vocab.gguf" in stderr
     assert "smollm2-135m-instruct-q4_1.gguf" in stderr
 
 
