@@ -23,6 +23,7 @@ from tests.conftest import RunningProxy, get_json, start_proxy
 pytestmark = pytest.mark.integration
 
 CONFIG = """
+calibration_max_tokens: 16
 devices:
   cpu: {capacity: 2}
 backends:
@@ -36,7 +37,7 @@ PROMPTS = {
     "prose": "Write a short story about a lighthouse keeper who finds a message in a bottle.",
     "echo": "Repeat this sentence five times: the quick brown fox jumps over the lazy dog.",
 }
-TOKENS = 48
+TOKENS = 32
 
 
 class SlotWatcher:
@@ -158,7 +159,7 @@ def test_calibration_under_load_and_pinned_pairs_take_turns(
         alone = {b: max(ask(client, b, "code")[1] for _ in range(2)) for b in ("plain", "ngram")}
         pairs = [
             at_once([lambda: ask(client, "plain", "code"), lambda: ask(client, "ngram", "code")])
-            for _ in range(6)
+            for _ in range(4)
         ]
     assert watcher.busy_samples > 20, "the watcher saw no decoding at all"
     assert watcher.overlaps() == []
@@ -170,7 +171,7 @@ def test_calibration_under_load_and_pinned_pairs_take_turns(
     assert all(w > 0 for w in waits), waits
     assert len({r[0] for r in pinned_while_calibrating}) == 3
     devices = shared_cpu.health()["devices"]
-    assert devices["cpu"]["waits"] >= 6 and devices["cpu"]["busy_s"] > 0  # type: ignore[index]
+    assert devices["cpu"]["waits"] >= 4 and devices["cpu"]["busy_s"] > 0  # type: ignore[index]
 
 
 def test_auto_requests_arriving_together_never_split_the_device(
