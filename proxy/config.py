@@ -193,6 +193,12 @@ class Settings(BaseSettings):
         default=None, description="where measurements persist (default: in cache_dir)"
     )
 
+    model_aliases: dict[str, str] = Field(
+        default_factory=dict,
+        description="model names clients send (exact or glob like `claude-*`) -> auto, "
+        "auto-<task> or a backend name (env: JSON object)",
+    )
+
     api_keys: list[SecretStr] = Field(
         default_factory=list, description="accepted Bearer keys (env: JSON list)"
     )
@@ -230,6 +236,22 @@ class Settings(BaseSettings):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"backend names must be unique; repeated: {', '.join(dupes)}")
+        return self
+
+    @model_validator(mode="after")
+    def _aliases_name_routes(self) -> Settings:
+        names = {b.name for b in self.backends}
+        routes = sorted(RESERVED_MODEL_IDS) + sorted(names)
+        for alias, target in self.model_aliases.items():
+            if alias in RESERVED_MODEL_IDS or alias in names:
+                raise ValueError(
+                    f"model_aliases: {alias!r} is already a model id; remove the alias"
+                )
+            if target not in RESERVED_MODEL_IDS and target not in names:
+                raise ValueError(
+                    f"model_aliases: {alias!r} -> {target!r}: the target must be one of "
+                    f"{', '.join(routes)}"
+                )
         return self
 
     def backends_fingerprint(self) -> str:

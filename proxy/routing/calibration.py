@@ -8,8 +8,8 @@ import aiohttp
 
 from proxy.backends.supervisor import BackendSaturatedError, BackendSupervisor
 from proxy.log import get_logger
-from proxy.prompts import chat_body
-from proxy.routing.classifier import TASK_CLASSES
+from proxy.prompts import chat_body, infill_body
+from proxy.routing.router import FIM_TASK, ROUTED_TASKS, fim_outcome
 from proxy.routing.scoreboard import Outcome, Scoreboard
 
 log = get_logger("calibration")
@@ -25,7 +25,7 @@ async def calibrate(
     """Measure each (backend, task) short of `requests` single-stream samples; count them."""
     todo = [
         (b, task)
-        for task in TASK_CLASSES
+        for task in ROUTED_TASKS
         for b in backends
         if (est := scoreboard.get(b.name, task, 1)) is None or est.samples < requests
     ]
@@ -33,26 +33,44 @@ async def calibrate(
         for _ in range(requests):
             if not backend.ready:
                 break
+            path, request = _reference_request(task, max_tokens)
             try:
                 async with (
                     backend.slot(),
-                    session.post(
-                        f"{backend.base_url}/v1/chat/completions", json=chat_body(task, max_tokens)
-                    ) as resp,
+                    session.post(f"{backend.base_url}{path}", json=request) as resp,
                 ):
                     body = await resp.json() if resp.status == 200 else {}
             except (aiohttp.ClientError, TimeoutError, ValueError, BackendSaturatedError) as exc:
                 log.warning("calibration request failed", backend=backend.name, error=str(exc))
                 continue
+            if resp.status != 200:
+                # A model without FIM tokens answers /infill with 501: fim stays unmeasured.
+                log.warning(
+                    "calibration request refused",
+                    backend=backend.name,
+                    task=task,
+                    status=resp.status,
+                )
+                continue
             timings = body.get("timings") or {}
-            scoreboard.record(Outcome.from_timings(backend.name, task, 1, timings))
+            outcome = Outcome.from_timings(backend.name, task, 1, timings)
+            if task == FIM_TASK:
+                outcome = fim_outcome(outcome, timings)
+            scoreboard.record(outcome)
             log.info(
                 "calibrating",
                 step=f"{i}/{len(todo)}",
                 backend=backend.name,
                 task=task,
-                tokens_per_s=round(float(timings.get("predicted_per_second", 0.0)), 1),
+                tokens_per_s=round(outcome.tokens_per_s or 0.0, 1),
                 draft_n=timings.get("draft_n"),
                 draft_n_accepted=timings.get("draft_n_accepted"),
             )
     return len(todo) * requests
+
+
+def _reference_request(task: str, max_tokens: int) -> tuple[str, dict[str, object]]:
+    """The path and body that measure a task class: /infill for FIM, chat for the others."""
+    if task == FIM_TASK:
+        return "/infill", infill_body(max_tokens)
+    return "/v1/chat/completions", chat_body(task, max_tokens)

@@ -3,34 +3,75 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import replace
+from typing import Any, Literal
 
+from proxy.routing.aliases import ModelAliases
 from proxy.routing.classifier import TASK_CLASSES, TaskClassifier
 from proxy.routing.policy import RoutableBackend, RouteChoice, RoutePolicy
 from proxy.routing.scoreboard import Outcome, Scoreboard
 
 AUTO_MODEL = "auto"
 AUTO_TASK_MODELS = {f"auto-{task}": task for task in TASK_CLASSES}
+# Fill-in-the-middle: the class of every /infill request, set by the endpoint, never by the
+# classifier (whose classes are about chat). Its own scoreboard rows rank backends by time to
+# the last token, which is what an editor waiting for a short completion feels.
+FIM_TASK = "fim"
+ROUTED_TASKS: tuple[str, ...] = (*TASK_CLASSES, FIM_TASK)
+# How a request that needs any backend, not the fastest one, found it.
+AnyReason = Literal["pinned", "least_busy"]
 
 
 class UnknownModelError(LookupError):
-    """The request names a model id that is neither `auto*` nor a backend."""
+    """The request names a model id that is neither `auto*`, an alias nor a backend."""
 
 
 class NoBackendError(RuntimeError):
     """No backend can take the request right now."""
 
 
+def fim_outcome(outcome: Outcome, timings: Mapping[str, Any]) -> Outcome:
+    """A FIM sample whose speed is tokens per second of the backend's time to the last token."""
+    busy_ms = _ms(timings, "prompt_ms") + _ms(timings, "predicted_ms")
+    if outcome.predicted_n <= 0 or busy_ms <= 0:
+        return outcome
+    return replace(outcome, tokens_per_s=outcome.predicted_n * 1000.0 / busy_ms)
+
+
+def _ms(timings: Mapping[str, Any], key: str) -> float:
+    value = timings.get(key)
+    return float(value) if isinstance(value, int | float) and value > 0 else 0.0
+
+
 class Router:
     """Classifies a request, then pins or asks the policy for a backend; records outcomes."""
 
-    def __init__(self, classifier: TaskClassifier, policy: RoutePolicy, scoreboard: Scoreboard):
+    def __init__(
+        self,
+        classifier: TaskClassifier,
+        policy: RoutePolicy,
+        scoreboard: Scoreboard,
+        aliases: ModelAliases | None = None,
+    ):
         self.classifier = classifier
         self.policy = policy
         self.scoreboard = scoreboard
+        self.aliases = aliases or ModelAliases({})
 
-    def task_for(self, body: Mapping[str, Any], model: str, header_task: str | None) -> str:
-        """The task class: header override, then `auto-<task>` model id, then the classifier."""
+    def resolve_model(self, model: str) -> str:
+        """The model id an alias stands for; any other id unchanged."""
+        return self.aliases.resolve(model) or model
+
+    def task_for(
+        self,
+        body: Mapping[str, Any],
+        model: str,
+        header_task: str | None,
+        endpoint_task: str | None = None,
+    ) -> str:
+        """The task class: the endpoint's own, header override, `auto-<task>`, the classifier."""
+        if endpoint_task is not None:
+            return endpoint_task
         if header_task:
             if header_task not in TASK_CLASSES:
                 classes = ", ".join(TASK_CLASSES)
@@ -56,6 +97,22 @@ class Router:
         if choice is None:
             raise NoBackendError("no backend is ready")
         return by_name[choice.backend], choice
+
+    def choose_any(
+        self, model: str, backends: Sequence[RoutableBackend]
+    ) -> tuple[RoutableBackend, AnyReason]:
+        """A ready backend for a request every backend answers alike (the model is shared)."""
+        by_name = {b.name: b for b in backends}
+        if model in by_name:
+            if not by_name[model].ready:
+                raise NoBackendError(f"backend {model!r} is not ready")
+            return by_name[model], "pinned"
+        if model != AUTO_MODEL and model not in AUTO_TASK_MODELS:
+            raise UnknownModelError(model)
+        ready = [b for b in backends if b.ready]
+        if not ready:
+            raise NoBackendError("no backend is ready")
+        return min(ready, key=lambda b: b.in_flight), "least_busy"
 
     def record(self, outcome: Outcome) -> None:
         """Feed a finished request's measurements back into the scoreboard."""
