@@ -18,7 +18,7 @@ import anthropic
 import openai
 import pytest
 
-from tests.conftest import RunningProxy, get_json
+from tests.conftest import RunningProxy, get_json, start_proxy
 from tests.test_metrics import scrape, wait_quiet
 
 BACKENDS = {"plain", "draft", "ngram"}
@@ -115,7 +115,7 @@ def test_responses_errors_are_openai_errors(client: openai.OpenAI) -> None:
 
 def test_messages_with_the_anthropic_client(claude: anthropic.Anthropic) -> None:
     raw = claude.messages.with_raw_response.create(
-        model="claude-sonnet-4-5",
+        model="claude-sonnet-4-6",
         system="Be brief.",
         max_tokens=16,
         messages=[{"role": "user", "content": HELLO}],
@@ -129,7 +129,7 @@ def test_messages_with_the_anthropic_client(claude: anthropic.Anthropic) -> None
 
 def test_messages_stream_with_the_anthropic_client(claude: anthropic.Anthropic) -> None:
     with claude.messages.stream(
-        model="claude-haiku-4-5", max_tokens=24, messages=[{"role": "user", "content": HELLO}]
+        model="claude-haiku-4-6", max_tokens=24, messages=[{"role": "user", "content": HELLO}]
     ) as stream:
         text = "".join(stream.text_stream)
         final = stream.get_final_message()
@@ -159,6 +159,14 @@ def test_messages_errors_are_in_anthropics_shape(
     with pytest.raises(anthropic.BadRequestError) as bad:
         claude.messages.create(model="claude-x", max_tokens=8, messages=[])
     assert bad.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+    # llama-server's own refusal (the prompt exceeds the context) arrives in Anthropic's shape.
+    too_long = [{"role": "user", "content": "hello " * 3000}]
+    for stream in (False, True):
+        with pytest.raises(anthropic.BadRequestError) as upstream:
+            claude.messages.create(model="plain", max_tokens=8, messages=too_long, stream=stream)  # type: ignore[arg-type, call-overload]
+        body = upstream.value.body
+        assert isinstance(body, dict) and body["type"] == "error"
+        assert "context size" in body["error"]["message"]
     for path in ("/v1/messages", "/v1/messages/count_tokens"):
         status, _, error = post(proxy, path, b'{"messages": [')
         assert status == 400 and error["type"] == "error", error
@@ -167,20 +175,64 @@ def test_messages_errors_are_in_anthropics_shape(
 
 # ------------------------------------------------------------------------- llama.cpp FIM
 
+CODER = """
+calibration_max_tokens: 8
+backends:
+  - {name: coder, kind: plain, model: qwen2.5-coder-0.5b, threads: 1, ctx_size: 2048}
+"""
+FIM = {"input_prefix": CODE_BEFORE, "input_suffix": CODE_AFTER, "n_predict": 16, "seed": 1}
 
-def test_infill_is_routed_as_fim(proxy: RunningProxy) -> None:
-    body = {"input_prefix": CODE_BEFORE, "input_suffix": CODE_AFTER, "n_predict": 16}
-    status, headers, answer = post(proxy, "/infill", body)
+
+@pytest.fixture(scope="module")
+def coder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProxy]:
+    """A proxy on Qwen2.5-Coder-0.5B, whose vocabulary has FIM tokens (SmolLM2's has none)."""
+    workdir = tmp_path_factory.mktemp("coder")
+    config = workdir / "coder.yaml"
+    config.write_text(CODER)
+    running = start_proxy(config, workdir / "proxy.log")
+    try:
+        running.wait_ready()
+        yield running
+    finally:
+        running.stop()
+
+
+def test_infill_is_routed_and_measured_as_fim(coder: RunningProxy) -> None:
+    _wait_for_calibration(coder)
+    rows = get_json(f"{coder.url}/scoreboard")[1]["estimates"]
+    assert any(r["task"] == "fim" and r["tokens_per_s"] > 0 for r in rows), rows  # type: ignore[index, union-attr]
+    before = scrape(coder)
+    status, headers, answer = post(coder, "/infill", FIM)
     assert status == 200, answer
-    assert headers["x-specproxy-task"] == "fim" and headers["x-specproxy-backend"] in BACKENDS
+    assert headers["x-specproxy-task"] == "fim" and headers["x-specproxy-backend"] == "coder"
     assert isinstance(answer["content"], str) and answer["timings"]["predicted_n"] > 0
-
-
-def test_infill_stream(proxy: RunningProxy) -> None:
-    body = {"input_prefix": CODE_BEFORE, "input_suffix": CODE_AFTER, "n_predict": 16}
-    events = sse_events(proxy, "/infill", {**body, "model": "ngram", "stream": True})
+    events = sse_events(coder, "/infill", {**FIM, "stream": True})
     assert len(events) > 1 and events[-1]["stop"] is True
-    assert events[-1]["timings"]["predicted_n"] > 0
+    assert "".join(e["content"] for e in events) == answer["content"], "same seed, same text"
+    wait_quiet(coder)
+    after = scrape(coder)
+    key = "specproxy_generated_tokens_total{task=fim}"
+    assert after[key] - before[key] == 2 * answer["timings"]["predicted_n"]
+    theirs = "llamacpp_tokens_predicted_total"
+    assert after[theirs] - before[theirs] == after[key] - before[key]
+    assert (
+        after["specproxy_requests_total{endpoint=infill}"]
+        - before.get("specproxy_requests_total{endpoint=infill}", 0)
+        == 2
+    )
+
+
+def _wait_for_calibration(proxy: RunningProxy) -> None:
+    deadline = time.monotonic() + 240
+    while '"calibration done"' not in proxy.log_path.read_text():
+        assert time.monotonic() < deadline, "calibration did not finish"
+        time.sleep(0.5)
+
+
+def test_infill_without_fim_tokens_says_so(proxy: RunningProxy) -> None:
+    status, headers, error = post(proxy, "/infill", FIM)
+    assert status == 501 and "Infill is not supported by this model" in error["error"]["message"]
+    assert headers["x-specproxy-task"] == "fim"
 
 
 def test_infill_needs_prefix_and_suffix(proxy: RunningProxy) -> None:
@@ -287,14 +339,12 @@ def test_every_generating_surface_counts_its_tokens(
     wait_quiet(proxy)
     before = scrape(proxy)
     # Surfaces with llama.cpp timings on the draft backend: tokens and drafts must agree.
-    client.responses.create(
+    events = client.responses.create(
         model="draft", input=COUNT, max_output_tokens=32, temperature=0, stream=True
-    ).close()
+    )
+    assert list(events)[-1].type == "response.completed"
     with client.responses.stream(model="draft", input=COUNT, max_output_tokens=32) as stream:
         stream.get_final_response()
-    body = {"input_prefix": CODE_BEFORE, "input_suffix": CODE_AFTER, "n_predict": 16}
-    assert post(proxy, "/infill", {**body, "model": "draft"})[0] == 200
-    assert sse_events(proxy, "/infill", {**body, "model": "draft", "stream": True})
     prompt = {"prompt": COUNT, "n_predict": 24, "model": "draft"}
     assert post(proxy, "/completion", prompt)[0] == 200
     assert sse_events(proxy, "/completion", {**prompt, "stream": True})
@@ -317,11 +367,6 @@ def test_every_generating_surface_counts_its_tokens(
     drafted = _deltas(before, after, "specproxy_draft_tokens_total")
     backend_drafted = _deltas(before, after, "llamacpp_spec_decode_num_draft_tokens_total")
     assert drafted["draft"] == backend_drafted["draft"] > 0
-    assert (
-        after["specproxy_requests_total{endpoint=infill}"]
-        - before.get("specproxy_requests_total{endpoint=infill}", 0)
-        == 2
-    )
 
 
 def _cut_stream(proxy: RunningProxy, path: str, body: dict[str, Any], chunks: int) -> None:
@@ -333,8 +378,9 @@ def _cut_stream(proxy: RunningProxy, path: str, body: dict[str, Any], chunks: in
     read = 0
     while read < chunks:
         line = resp.readline()
-        assert line, "the stream ended before the client left"
+        assert line, f"the {path} stream ended before the client left"
         read += line.startswith(b"data: ")
+    resp.close()
     conn.close()
 
 
@@ -359,8 +405,18 @@ def test_cancelled_streams_count_their_tokens_and_drafts(
     _cut_stream(
         proxy,
         "/v1/responses",
-        {"input": COUNT, "max_output_tokens": 400, "model": "ngram", "stream": True},
+        {
+            "input": COUNT,
+            "max_output_tokens": 400,
+            "model": "ngram",
+            "stream": True,
+            "ignore_eos": True,
+        },
         40,
+    )
+    # Messages streams carry no timings: their text events are counted, one per token sent.
+    _cut_stream(
+        proxy, "/v1/messages", {**chat, "model": "plain", "stream": True, "temperature": 0}, 40
     )
     deadline = time.monotonic() + 30
     while not _slots_idle(proxy):
@@ -374,10 +430,12 @@ def test_cancelled_streams_count_their_tokens_and_drafts(
     drafted = _deltas(before, after, "specproxy_draft_tokens_total")
     backend_drafted = _deltas(before, after, "llamacpp_spec_decode_num_draft_tokens_total")
     print(f"generated: proxy {ours}, backends {theirs}; drafted {drafted} vs {backend_drafted}")
-    assert ours["draft"] > 3 * 30 and ours["ngram"] > 30
-    for backend in ("draft", "ngram"):
-        # What the backend generated after the proxy's last chunk is invisible to it: a few
-        # tokens per stream at most.
-        assert 0 <= theirs[backend] - ours[backend] <= 3 * 4, backend
-    assert 0 <= backend_drafted["draft"] - drafted["draft"] <= 3 * 4 * 3
+    assert ours["draft"] > 3 * 30 and ours["ngram"] > 30 and ours["plain"] > 30
+    streams = {"draft": 3, "ngram": 1, "plain": 1}
+    for backend, n in streams.items():
+        # The backend notices the closed connection only at its next write: the tokens of
+        # a decode step or two after the proxy's last chunk are invisible to the proxy
+        # (measured: 1-3 per stream).
+        assert 0 <= theirs[backend] - ours[backend] <= 8 * n, backend
     assert drafted["draft"] > 0
+    assert 0 <= backend_drafted["draft"] - drafted["draft"] <= 8 * streams["draft"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Callable, Mapping
@@ -129,11 +130,20 @@ async def relay(
             )
     finally:
         measured.duration_s = time.monotonic() - start
+        if measured.tally is not None:
+            _drain(upstream, measured.tally)
         measured.settle()
         # close(), not release(): a half-read answer must drop the connection, which is what
         # tells llama-server to stop generating and free the slot.
         upstream.close()
     return response
+
+
+def _drain(upstream: aiohttp.ClientResponse, tally: StreamTally) -> None:
+    """Count what already arrived of a stream its client left: the backend generated it."""
+    # A reader still waiting, or a connection that already failed, leaves nothing to count.
+    with contextlib.suppress(RuntimeError, aiohttp.ClientError, OSError):
+        tally.scan(upstream.content.read_nowait())
 
 
 async def _relay_whole(
