@@ -180,7 +180,7 @@ calibration_max_tokens: 8
 backends:
   - {name: coder, kind: plain, model: qwen2.5-coder-0.5b, threads: 1, ctx_size: 2048}
 """
-FIM = {"input_prefix": CODE_BEFORE, "input_suffix": CODE_AFTER, "n_predict": 16, "seed": 1}
+FIM = {"input_prefix": CODE_BEFORE, "input_suffix": CODE_AFTER, "n_predict": 16, "temperature": 0}
 
 
 @pytest.fixture(scope="module")

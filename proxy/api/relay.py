@@ -75,6 +75,9 @@ class Wire:
 
     anthropic_errors: bool = False
     rewriter: Callable[[], StreamRewriter] | None = None
+    # Tokenizing and templating depend on the input alone: when llama-server throws on one
+    # (a token id beyond the vocabulary is its 500), the request is what is wrong.
+    input_faults_are_400: bool = False
 
     def sse_error(self, status: int, message: str, code: str) -> bytes:
         """An error event for a stream that fails after it started."""
@@ -167,13 +170,18 @@ async def _relay_whole(
     except ValueError:
         data = None
     measured.timings = counts_of(data)
-    if upstream.status >= 400:
+    status = upstream.status
+    if status >= 400:
         err = data.get("error") if isinstance(data, dict) else None
         measured.error = str(err.get("message") if isinstance(err, dict) else err)
+        if status == 500 and wire.input_faults_are_400:
+            status = measured.status = 400
+            message = f"backend {backend!r} could not process this input: {measured.error}"
+            raw = json.dumps(ApiError(400, message, code="invalid_input").payload()).encode()
         if wire.anthropic_errors:
-            raw = anthropic.from_upstream(upstream.status, raw)
+            raw = anthropic.from_upstream(status, raw)
     return web.Response(
-        status=upstream.status,
+        status=status,
         body=raw,
         content_type=upstream.content_type or "application/json",
         headers=headers,

@@ -75,7 +75,7 @@ class Surface:
 
 
 _ANTHROPIC = Wire(anthropic_errors=True, rewriter=MessagesStreamErrors)
-_ANTHROPIC_WHOLE = Wire(anthropic_errors=True)
+_INPUT_ONLY = Wire(input_faults_are_400=True)
 
 SURFACES: tuple[Surface, ...] = (
     Surface("/v1/chat/completions", "chat", v.check_chat, "classifier"),
@@ -91,27 +91,35 @@ SURFACES: tuple[Surface, ...] = (
     Surface("/v1/messages", "messages", v.check_messages, "classifier", messages_view, _ANTHROPIC),
     Surface("/infill", "infill", v.check_infill, "fim"),
     Surface("/completion", "completion", v.check_completions, "classifier"),
-    Surface("/tokenize", "tokenize", v.check_tokenize, uses_slot=False),
-    Surface("/detokenize", "detokenize", v.check_detokenize, uses_slot=False),
-    Surface("/apply-template", "apply-template", v.check_chat_messages, uses_slot=False),
+    Surface("/tokenize", "tokenize", v.check_tokenize, wire=_INPUT_ONLY, uses_slot=False),
+    Surface("/detokenize", "detokenize", v.check_detokenize, wire=_INPUT_ONLY, uses_slot=False),
+    Surface(
+        "/apply-template",
+        "apply-template",
+        v.check_chat_messages,
+        wire=_INPUT_ONLY,
+        uses_slot=False,
+    ),
     Surface("/v1/embeddings", "embeddings", v.check_embeddings),
     Surface(
         "/v1/chat/completions/input_tokens",
         "chat-input-tokens",
         v.check_chat_messages,
+        wire=_INPUT_ONLY,
         uses_slot=False,
     ),
     Surface(
         "/v1/responses/input_tokens",
         "responses-input-tokens",
         v.check_responses_input,
+        wire=_INPUT_ONLY,
         uses_slot=False,
     ),
     Surface(
         "/v1/messages/count_tokens",
         "messages-count-tokens",
         v.check_anthropic_messages,
-        wire=_ANTHROPIC_WHOLE,
+        wire=Wire(anthropic_errors=True, input_faults_are_400=True),
         uses_slot=False,
     ),
 )

@@ -90,18 +90,26 @@ def check_anthropic_messages(raw: Any) -> dict[str, Any]:
         if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
             raise _bad(f"{where}: `role` must be user or assistant", f"{where}.role")
         content = message.get("content")
-        blocks = isinstance(content, list) and all(
-            isinstance(b, dict) and isinstance(b.get("type"), str) for b in content
-        )
-        if not (isinstance(content, str) or blocks):
+        if not (isinstance(content, str) or _are_blocks(content)):
             raise _bad(
-                f"{where}: `content` must be a string or a list of content blocks with a `type`",
+                f"{where}: `content` must be a string or a list of content blocks with a `type` "
+                '(text blocks: {"type": "text", "text": "..."})',
                 f"{where}.content",
             )
     system = body.get("system")
-    if system is not None and not isinstance(system, str | list):
+    if system is not None and not (isinstance(system, str) or _are_blocks(system)):
         raise _bad("`system` must be a string or a list of text blocks", "system")
     return body
+
+
+def _are_blocks(content: Any) -> bool:
+    """Anthropic content blocks: each with a `type`, and text blocks with their text."""
+    return isinstance(content, list) and all(
+        isinstance(b, dict)
+        and isinstance(b.get("type"), str)
+        and (b["type"] != "text" or isinstance(b.get("text"), str))
+        for b in content
+    )
 
 
 def check_infill(raw: Any) -> dict[str, Any]:
@@ -154,9 +162,9 @@ def check_detokenize(raw: Any) -> dict[str, Any]:
     body = check_object(raw)
     tokens = body.get("tokens")
     if not isinstance(tokens, list) or not all(
-        isinstance(t, int) and not isinstance(t, bool) for t in tokens
+        isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in tokens
     ):
-        raise _bad("`tokens` must be a list of integer token ids", "tokens")
+        raise _bad("`tokens` must be a list of token ids (integers from 0)", "tokens")
     return body
 
 

@@ -22,13 +22,14 @@ async def calibrate(
     requests: int,
     max_tokens: int,
 ) -> int:
-    """Measure each (backend, task) short of `requests` single-stream samples; count them."""
+    """Measure each (backend, task) short of `requests` single-stream samples; count the answers."""
     todo = [
         (b, task)
         for task in ROUTED_TASKS
         for b in backends
         if (est := scoreboard.get(b.name, task, 1)) is None or est.samples < requests
     ]
+    made = 0
     for i, (backend, task) in enumerate(todo, 1):
         for _ in range(requests):
             if not backend.ready:
@@ -51,12 +52,13 @@ async def calibrate(
                     task=task,
                     status=resp.status,
                 )
-                continue
+                break
             timings = body.get("timings") or {}
             outcome = Outcome.from_timings(backend.name, task, 1, timings)
             if task == FIM_TASK:
                 outcome = fim_outcome(outcome, timings)
             scoreboard.record(outcome)
+            made += 1
             log.info(
                 "calibrating",
                 step=f"{i}/{len(todo)}",
@@ -66,7 +68,7 @@ async def calibrate(
                 draft_n=timings.get("draft_n"),
                 draft_n_accepted=timings.get("draft_n_accepted"),
             )
-    return len(todo) * requests
+    return made
 
 
 def _reference_request(task: str, max_tokens: int) -> tuple[str, dict[str, object]]:
