@@ -1,4 +1,4 @@
-"""Cut streams as a client that gives up does; compare the proxy's token counters with the backend's.
+"""Cut streams as a client that gives up does; compare proxy and backend token counters.
 
     .venv/bin/python scripts/cancelled_streams.py --url http://127.0.0.1:8080 --backend ngram
 
