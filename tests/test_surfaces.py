@@ -30,9 +30,12 @@ CODE_AFTER = "\n\nprint(fibonacci(10))\n"
 
 
 @pytest.fixture(scope="module")
-def claude(proxy: RunningProxy) -> anthropic.Anthropic:
+def claude(proxy: RunningProxy) -> Iterator[anthropic.Anthropic]:
     """The official Anthropic client pointed at the proxy (it appends /v1/messages)."""
-    return anthropic.Anthropic(base_url=proxy.url, api_key="unused", max_retries=0, timeout=120)
+    with anthropic.Anthropic(
+        base_url=proxy.url, api_key="unused", max_retries=0, timeout=120
+    ) as client:
+        yield client
 
 
 def post(
@@ -55,10 +58,10 @@ def sse_events(proxy: RunningProxy, path: str, body: dict[str, Any]) -> list[dic
     conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=120)
     try:
         conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        assert resp.status == 200, resp.read()
-        assert resp.getheader("Content-Type", "").startswith("text/event-stream")
-        return [json.loads(line[6:]) for line in resp if line.startswith(b"data: {")]
+        with conn.getresponse() as resp:
+            assert resp.status == 200, resp.read()
+            assert resp.getheader("Content-Type", "").startswith("text/event-stream")
+            return [json.loads(line[6:]) for line in resp if line.startswith(b"data: {")]
     finally:
         conn.close()
 
@@ -135,6 +138,41 @@ def test_messages_stream_with_the_anthropic_client(claude: anthropic.Anthropic) 
         final = stream.get_final_message()
     assert text.strip() and final.content[0].type == "text" and final.content[0].text == text
     assert final.usage.output_tokens > 0
+
+
+def test_messages_stream_starts_with_message_start_even_when_llama_server_skips_it(
+    proxy: RunningProxy, claude: anthropic.Anthropic
+) -> None:
+    # Its first token is the first half of an emoji, which llama-server b11434 holds back, and
+    # with it the stream's message_start: the SDK's helper then fails against it directly.
+    ask = {
+        "max_tokens": 12,
+        "temperature": 0,
+        "stream": True,
+        "messages": [{"role": "user", "content": "Reply with three emojis and nothing else."}],
+    }
+    backends = proxy.health()["backends"]
+    assert isinstance(backends, dict)
+    direct = http.client.HTTPConnection(
+        "127.0.0.1", int(backends["plain"]["url"].rsplit(":", 1)[1])
+    )
+    direct.request("POST", "/v1/messages", json.dumps(ask), {"Content-Type": "application/json"})
+    answer = direct.getresponse()
+    first_direct = next(line for line in answer if line.startswith(b"event: "))
+    answer.close()
+    direct.close()
+    assert first_direct.strip() == b"event: content_block_start"
+    with claude.messages.stream(
+        model="plain",
+        max_tokens=12,
+        messages=ask["messages"],  # type: ignore[arg-type]
+        extra_body={"temperature": 0},
+    ) as stream:
+        first = next(iter(stream))
+        text = first.type + "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert first.type == "message_start"
+    assert final.content and final.usage.output_tokens > 0, text
 
 
 def test_count_tokens_with_the_anthropic_client(claude: anthropic.Anthropic) -> None:

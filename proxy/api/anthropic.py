@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 
 from proxy.api.sse import EventRewriter, join_event, split_event
 
@@ -59,13 +60,49 @@ def sse_error(status: int, message: str) -> bytes:
     return b"event: error\ndata: " + json.dumps(error_body(status, message)).encode() + b"\n\n"
 
 
-class MessagesStreamErrors(EventRewriter):
-    """Puts llama-server's mid-stream `error` events in Anthropic's shape; the rest untouched."""
+class MessagesStreamFix(EventRewriter):
+    """Messages streams as Anthropic clients expect them, from llama-server b11434's.
+
+    It sends `message_start` with its first generated token only, so when that token is held
+    back (the first bytes of a multi-token character such as an emoji) the stream starts with
+    `content_block_start` and the SDK's `messages.stream()` fails; specproxy sends one then.
+    Its mid-stream `error` events get Anthropic's shape.
+    """
+
+    def __init__(self, model: str) -> None:
+        super().__init__()
+        self._model = model
+        self._started = False
 
     def rewrite(self, event: bytes) -> bytes:
-        """The event, or Anthropic's error body in place of llama-server's."""
-        if not event.startswith(b"event: error"):
+        """The event, after a `message_start` if the stream lacks one, errors reshaped."""
+        if event.startswith(b"event: error"):
+            self._started = True
+            return self._error(event)
+        if self._started or not event.startswith(b"event: "):
             return event
+        self._started = True
+        if event.startswith(b"event: message_start"):
+            return event
+        return self._message_start() + b"\n\n" + event
+
+    def _message_start(self) -> bytes:
+        # Its prompt token count is unknown here: the final message_delta still counts output.
+        message: dict[str, object] = {
+            "id": f"msg_{uuid.uuid4().hex}",
+            "type": "message",
+            "role": "assistant",
+            "content": [],
+            "model": self._model,
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+        }
+        data = json.dumps({"type": "message_start", "message": message})
+        return b"event: message_start\ndata: " + data.encode()
+
+    @staticmethod
+    def _error(event: bytes) -> bytes:
         lines, at, data = split_event(event)
         if at < 0 or not isinstance(data, dict) or data.get("type") == "error":
             return event

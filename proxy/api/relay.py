@@ -74,7 +74,8 @@ class Wire:
     """How one surface's answers travel: its error shape and the rewriting its events need."""
 
     anthropic_errors: bool = False
-    rewriter: Callable[[], StreamRewriter] | None = None
+    # Makes the rewriter of one stream, given the body sent upstream.
+    rewriter: Callable[[Mapping[str, Any]], StreamRewriter] | None = None
     # Tokenizing and templating depend on the input alone: when llama-server throws on one
     # (a token id beyond the vocabulary is its 500), the request is what is wrong.
     input_faults_are_400: bool = False
@@ -129,7 +130,7 @@ async def relay(
             )
         else:
             response = await _relay_stream(
-                request, upstream, headers, measured, start, backend, timeouts, wire
+                request, body, upstream, headers, measured, start, backend, timeouts, wire
             )
     finally:
         measured.duration_s = time.monotonic() - start
@@ -190,6 +191,7 @@ async def _relay_whole(
 
 async def _relay_stream(
     request: web.Request,
+    body: Mapping[str, Any],
     upstream: aiohttp.ClientResponse,
     headers: Mapping[str, str],
     measured: Measurement,
@@ -210,7 +212,7 @@ async def _relay_stream(
     )
     await response.prepare(request)
     tally = measured.tally = StreamTally()
-    rewriter = wire.rewriter() if wire.rewriter else None
+    rewriter = wire.rewriter(body) if wire.rewriter else None
     try:
         while True:
             first = measured.ttft_s is None

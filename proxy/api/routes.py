@@ -179,8 +179,13 @@ async def _serve(request: web.Request, surface: Surface, seen: RequestRecord) ->
     )
     # Running timings in every streamed chunk: a stream its client abandons still measured
     # speed and acceptance up to that point, which the scoreboard and the metrics count.
-    stream = surface.generates and bool(body.get("stream"))
-    upstream_body = {"timings_per_token": True, **body} if stream else body
+    if not surface.generates:
+        # A passthrough answers one JSON document; a `stream` flag would only confuse the relay.
+        upstream_body = {k: v for k, v in body.items() if k != "stream"}
+    elif body.get("stream"):
+        upstream_body = {"timings_per_token": True, **body}
+    else:
+        upstream_body = body
     # An unreachable backend received nothing, so an unpinned request may try one other.
     for attempt in (1, 2):
         route = _choose(app, model, task)

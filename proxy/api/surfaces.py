@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from proxy.api import validation as v
-from proxy.api.anthropic import MessagesStreamErrors
+from proxy.api.anthropic import MessagesStreamFix
 from proxy.api.relay import OPENAI_WIRE, Wire
 from proxy.api.responses_stream import ResponsesStreamFix
 from proxy.routing.router import FIM_TASK
@@ -74,7 +74,9 @@ class Surface:
         return FIM_TASK if self.task == "fim" else None
 
 
-_ANTHROPIC = Wire(anthropic_errors=True, rewriter=MessagesStreamErrors)
+_ANTHROPIC = Wire(
+    anthropic_errors=True, rewriter=lambda body: MessagesStreamFix(str(body.get("model", "")))
+)
 _INPUT_ONLY = Wire(input_faults_are_400=True)
 
 SURFACES: tuple[Surface, ...] = (
@@ -86,7 +88,7 @@ SURFACES: tuple[Surface, ...] = (
         v.check_responses,
         "classifier",
         view=responses_view,
-        wire=Wire(rewriter=ResponsesStreamFix),
+        wire=Wire(rewriter=lambda body: ResponsesStreamFix()),
     ),
     Surface("/v1/messages", "messages", v.check_messages, "classifier", messages_view, _ANTHROPIC),
     Surface("/infill", "infill", v.check_infill, "fim"),
