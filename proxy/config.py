@@ -27,6 +27,7 @@ from pydantic_settings import (
 )
 
 from proxy.llamacpp import DEFAULT_DRAFT_N_MAX
+from proxy.tasks import ROUTING_MODEL_IDS
 
 BackendKind = Literal["plain", "draft-simple", "ngram", "draft-mtp"]
 NgramVariant = Literal["ngram-simple", "ngram-mod", "ngram-map-k", "ngram-map-k4v", "ngram-cache"]
@@ -243,6 +244,12 @@ class Settings(BaseSettings):
         default=None, description="where measurements persist (default: in cache_dir)"
     )
 
+    model_aliases: dict[str, str] = Field(
+        default_factory=dict,
+        description="model names clients send (exact or glob like `claude-*`) -> auto, "
+        "auto-<task> or a backend name (env: JSON object)",
+    )
+
     api_keys: list[SecretStr] = Field(
         default_factory=list, description="accepted Bearer keys (env: JSON list)"
     )
@@ -304,6 +311,22 @@ class Settings(BaseSettings):
             abandoned_grace_s=self.request_timeout_s,
             max_queue=self.max_queue,
         )
+
+    @model_validator(mode="after")
+    def _aliases_name_routes(self) -> Settings:
+        names = {b.name for b in self.backends}
+        routes = sorted(ROUTING_MODEL_IDS) + sorted(names)
+        for alias, target in self.model_aliases.items():
+            if alias in ROUTING_MODEL_IDS or alias in names:
+                raise ValueError(
+                    f"model_aliases: {alias!r} is already a model id; remove the alias"
+                )
+            if target not in ROUTING_MODEL_IDS and target not in names:
+                raise ValueError(
+                    f"model_aliases: {alias!r} -> {target!r}: the target must be one of "
+                    f"{', '.join(routes)}"
+                )
+        return self
 
     def backends_fingerprint(self) -> str:
         """Short hash of the backend definitions: measurements are only valid for the same ones."""

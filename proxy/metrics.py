@@ -16,13 +16,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from proxy.api.relay import Measurement
-from proxy.api.validation import Endpoint
+from proxy.api.surfaces import SURFACES
 from proxy.backends.devices import Device
 from proxy.backends.supervisor import BackendSupervisor
 from proxy.log import get_logger
 from proxy.routing.classifier import TASK_CLASSES
 from proxy.routing.policy import RouteReason
 from proxy.routing.scoreboard import Scoreboard
+from proxy.tasks import FIM_TASK, ROUTED_TASKS
 
 # The classic text format: what Prometheus 2.x negotiates and every scraper reads.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -38,7 +39,10 @@ log = get_logger("metrics")
 
 @dataclass
 class RequestRecord:
-    """One completion request as the metrics see it, filled in as it moves down the chain."""
+    """One request as the metrics see it, filled in as it moves down the chain.
+
+    `task` stays empty for a passthrough (tokenize, templates, ...), which no speed routes.
+    """
 
     endpoint: str
     started: float = field(default_factory=time.monotonic)
@@ -61,7 +65,8 @@ class ProxyMetrics:
         r = self.registry
         self.requests = Counter(
             "specproxy_requests",
-            "Finished completion requests by outcome; backend is empty when none was chosen",
+            "Finished requests by surface and outcome; backend is empty when none was chosen, "
+            "task for passthroughs (tokenize, apply-template, ...)",
             ["endpoint", "backend", "spec_type", "task", "status"],
             registry=r,
         )
@@ -132,7 +137,7 @@ class ProxyMetrics:
         # Every series a successful request touches exists from the start: rate() then counts a
         # label set's first request too, and dashboards show 0 rather than "no data".
         for name, spec in self._spec_types.items():
-            for task in TASK_CLASSES:
+            for task in ROUTED_TASKS:
                 labels = (name, spec, task)
                 for metric in (
                     self.explorations,
@@ -147,8 +152,10 @@ class ProxyMetrics:
                     metric.labels(*labels)
                 for reason in get_args(RouteReason):
                     self.route_decisions.labels(*labels, reason)
-                for endpoint in get_args(Endpoint):
-                    self.requests.labels(endpoint, *labels, "200")
+            for surface in SURFACES:
+                tasks = (FIM_TASK,) if surface.fixed_task else TASK_CLASSES
+                for task in tasks if surface.generates else ():
+                    self.requests.labels(surface.endpoint, name, spec, task, "200")
 
     def observe(self, record: RequestRecord) -> None:
         """Count one finished request; called exactly once per request, errors included."""
@@ -156,7 +163,7 @@ class ProxyMetrics:
         labels = (record.backend, spec, record.task)
         self.requests.labels(record.endpoint, *labels, str(record.status)).inc()
         self.duration.labels(*labels).observe(time.monotonic() - record.started)
-        if not record.backend:
+        if not record.backend or not record.task:
             return
         self.route_decisions.labels(*labels, record.route).inc()
         if record.route == "explore":

@@ -48,3 +48,17 @@ def chat_body(
         "temperature": temperature,
         "seed": seed,
     }
+
+
+def infill_body(max_tokens: int, seed: int = 42) -> dict[str, Any]:
+    """A llama.cpp /infill request: the reference class with one method body left to fill."""
+    head, _, tail = _LRU.partition(
+        "        self.order.remove(key)\n        self.order.append(key)\n"
+    )
+    return {
+        "input_prefix": head,
+        "input_suffix": tail,
+        "n_predict": max_tokens,
+        "temperature": 0.0,
+        "seed": seed,
+    }

@@ -114,7 +114,8 @@ def test_legacy_completions_stream(client: openai.OpenAI) -> None:
 def test_models_lists_auto_and_backends(client: openai.OpenAI) -> None:
     ids = [m.id for m in client.models.list()]
     assert ids[:4] == ["auto", "auto-code", "auto-prose", "auto-echo"]
-    assert set(ids[4:]) == {"plain", "draft", "ngram"}
+    assert set(ids[4:7]) == {"plain", "draft", "ngram"}
+    assert ids[7:] == ["gpt-4o-mini"], "exact aliases of tests/configs/test.yaml, no patterns"
 
 
 def test_health_shows_every_backend(proxy: RunningProxy) -> None:

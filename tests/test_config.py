@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from proxy.config import ConfigError, load_settings
+from proxy.routing.aliases import ModelAliases
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -62,6 +63,14 @@ def test_external_backend_by_url(tmp_path: Path) -> None:
         ("backends:\n  - {name: a, model: m, tokens: 3}\n", "backends.0.tokens"),
         ("backends: []\n", "backends"),
         ("port: -1\nbackends:\n  - {name: a, model: m}\n", "port"),
+        (
+            "model_aliases: {gpt-4o: b}\nbackends:\n  - {name: a, model: m}\n",
+            "'gpt-4o' -> 'b': the target must be one of auto, auto-code",
+        ),
+        (
+            "model_aliases: {a: auto}\nbackends:\n  - {name: a, model: m}\n",
+            "'a' is already a model id",
+        ),
     ],
 )
 def test_invalid_config_names_field_and_fix(tmp_path: Path, yaml: str, expected: str) -> None:
@@ -73,3 +82,19 @@ def test_invalid_config_names_field_and_fix(tmp_path: Path, yaml: str, expected:
 def test_missing_config_file_says_so(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load_settings(tmp_path / "nope.yaml")
+
+
+def test_model_aliases_exact_names_then_patterns_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = (
+        "model_aliases:\n  'claude-*': auto\n  claude-haiku-4-5: a\n  'claude-h*': auto-code\n"
+        "backends:\n  - {name: a, model: m}\n"
+    )
+    aliases = ModelAliases(load_settings(write(tmp_path, text)).model_aliases)
+    assert aliases.resolve("claude-haiku-4-5") == "a", "an exact name beats every pattern"
+    assert aliases.resolve("claude-haiku-3") == "auto", "patterns in the order the file lists"
+    assert aliases.resolve("Claude-x") is None and aliases.resolve("gpt-4") is None
+    monkeypatch.setenv("SPECPROXY_MODEL_ALIASES", '{"gpt-*": "auto-prose"}')
+    merged = load_settings(write(tmp_path, text)).model_aliases
+    assert merged["gpt-*"] == "auto-prose" and merged["claude-*"] == "auto", "env adds aliases"

@@ -6,9 +6,12 @@ import json
 import signal
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import anthropic
 import openai
 import pytest
 
@@ -60,6 +63,32 @@ def test_the_key_works_and_is_never_logged(keyed: RunningProxy) -> None:
     assert reply.choices
     assert get_json(f"{keyed.url}/health")[0] == 200, "health stays open for load balancers"
     assert KEY not in keyed.log_path.read_text()
+
+
+def test_anthropic_clients_send_the_key_as_x_api_key(keyed: RunningProxy) -> None:
+    good = anthropic.Anthropic(base_url=keyed.url, api_key=KEY, max_retries=0)
+    reply = good.messages.create(model="solo", max_tokens=2, messages=HI)  # type: ignore[arg-type]
+    assert reply.content and reply.usage.output_tokens > 0
+    assert good.messages.count_tokens(model="solo", messages=HI).input_tokens > 0  # type: ignore[arg-type]
+    for key in ("sk-wrong", KEY[:-1]):
+        bad = anthropic.Anthropic(base_url=keyed.url, api_key=key, max_retries=0)
+        with pytest.raises(anthropic.AuthenticationError) as exc:
+            bad.messages.create(model="solo", max_tokens=2, messages=HI)  # type: ignore[arg-type]
+        body = exc.value.body
+        assert isinstance(body, dict) and body["type"] == "error"
+        assert body["error"]["type"] == "authentication_error"
+        assert "x-api-key" in body["error"]["message"]
+
+
+def test_every_surface_needs_the_key(keyed: RunningProxy) -> None:
+    for path in ("/v1/responses", "/infill", "/completion", "/tokenize", "/apply-template"):
+        request = urllib.request.Request(f"{keyed.url}{path}", data=b"{}", method="POST")
+        with pytest.raises(urllib.error.HTTPError) as exc:
+            urllib.request.urlopen(request, timeout=10)
+        assert exc.value.code == 401, path
+        assert json.load(exc.value)["error"]["code"] == "invalid_api_key"
+    client = openai.OpenAI(base_url=f"{keyed.url}/v1", api_key=KEY, max_retries=0)
+    assert client.responses.create(model="solo", input="hi", max_output_tokens=2).output
 
 
 def test_prompts_are_not_logged_by_default(keyed: RunningProxy) -> None:

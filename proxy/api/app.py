@@ -19,6 +19,7 @@ from proxy.backends.pool import BackendPool
 from proxy.config import Settings
 from proxy.log import get_logger
 from proxy.metrics import ProxyMetrics
+from proxy.routing.aliases import ModelAliases
 from proxy.routing.calibration import calibrate
 from proxy.routing.classifier import TaskClassifier
 from proxy.routing.policy import RoutePolicy
@@ -41,7 +42,7 @@ def build_app(settings: Settings, specs: list[LaunchSpec]) -> web.Application:
         explore_share=settings.explore_share,
         speculation_margin=settings.speculation_margin,
     )
-    app[ROUTER] = Router(TaskClassifier(), policy, scoreboard)
+    app[ROUTER] = Router(TaskClassifier(), policy, scoreboard, ModelAliases(settings.model_aliases))
     app[METRICS] = ProxyMetrics({s.config.name: s.config.spec_type for s in specs}, scoreboard)
 
     async def backends_ctx(app: web.Application) -> AsyncIterator[None]:

@@ -1,4 +1,4 @@
-"""Optional API keys: Bearer tokens compared in constant time, never logged."""
+"""Optional API keys: Bearer tokens or x-api-key, compared in constant time, never logged."""
 
 from __future__ import annotations
 
@@ -20,16 +20,21 @@ def api_key_middleware(keys: list[bytes]) -> web.middleware:  # type: ignore[val
         if request.path in OPEN_PATHS:
             return await handler(request)
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-        offered = token.strip().encode()
+        # Anthropic clients send the key as x-api-key; either header may carry it.
+        offered = [
+            token.strip().encode() if scheme.lower() == "bearer" else b"",
+            request.headers.get("x-api-key", "").encode(),
+        ]
         # Compare against every key so timing does not reveal which one nearly matched.
         matched = False
-        for key in keys:
-            matched |= hmac.compare_digest(offered, key)
-        if scheme.lower() != "bearer" or not matched:
+        for candidate in offered:
+            for key in keys:
+                matched |= bool(candidate) and hmac.compare_digest(candidate, key)
+        if not matched:
             raise ApiError(
                 401,
                 "missing or invalid API key; send the header `Authorization: Bearer <key>` "
-                "(OpenAI clients: api_key=...)",
+                "(OpenAI clients: api_key=...) or `x-api-key: <key>` (Anthropic clients)",
                 code="invalid_api_key",
             )
         return await handler(request)

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from aiohttp import web
 
+from proxy.api import anthropic
 from proxy.log import get_logger
 
 log = get_logger("api")
@@ -54,11 +55,12 @@ class ApiError(Exception):
             }
         }
 
-    def response(self) -> web.Response:
-        """As an aiohttp response."""
+    def response(self, anthropic_shape: bool = False) -> web.Response:
+        """As an aiohttp response, in OpenAI's shape or Anthropic's."""
+        payload = anthropic.error_body(self.status, self.message) if anthropic_shape else None
         return web.Response(
             status=self.status,
-            body=json.dumps(self.payload()),
+            body=json.dumps(payload or self.payload()),
             content_type="application/json",
             headers=self.headers,
         )
@@ -69,23 +71,29 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @web.middleware
 async def openai_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Render ApiError, aiohttp's own HTTP errors and unexpected exceptions as OpenAI errors."""
+    """Render ApiError, aiohttp's errors and unexpected exceptions as OpenAI (or Anthropic) errors.
+
+    Paths of the Anthropic Messages API get Anthropic's shape, with the same status codes.
+    """
+    shape = anthropic.is_anthropic_path(request.path)
     try:
         return await handler(request)
     except ApiError as exc:
-        return exc.response()
+        return exc.response(shape)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
         message = {
             404: f"no route {request.method} {request.path}; the API lives under /v1 "
-            "(chat/completions, completions, models)",
+            "(chat/completions, completions, responses, messages, models) and llama.cpp's "
+            "/infill, /completion, /tokenize, /detokenize, /apply-template",
             405: f"{request.method} is not allowed on {request.path}",
             413: "request body too large",
         }.get(exc.status, exc.reason)
-        return ApiError(exc.status, message, code=exc.reason.lower().replace(" ", "_")).response()
+        code = exc.reason.lower().replace(" ", "_")
+        return ApiError(exc.status, message, code=code).response(shape)
     except Exception:
         log.exception("unhandled error", path=request.path)
         return ApiError(
             500, "internal proxy error; see the proxy log", code="internal_error"
-        ).response()
+        ).response(shape)

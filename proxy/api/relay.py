@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
+from proxy.api import anthropic
 from proxy.api.errors import ApiError
+from proxy.api.sse import StreamRewriter
+from proxy.api.tokens import StreamTally, counts_of
 
 
 @dataclass(frozen=True)
@@ -29,28 +33,23 @@ CLIENT_GONE = "client disconnected"
 
 @dataclass
 class Measurement:
-    """What the relay saw of one request: status, first-token time and llama.cpp's timings."""
+    """What the relay saw of one request: status, first-token time and its token counts."""
 
     status: int = 0
     ttft_s: float | None = None
     duration_s: float = 0.0
+    # llama.cpp's timings, or for answers without them the usage counts under the same keys
+    # (proxy.api.tokens); a stream's are settled when it ends, however it ends.
     timings: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     device_wait_s: float = 0.0
-    # A stream's latest SSE line with timings, parsed once when the request ends: every chunk
-    # carries running timings, and decoding each one would put JSON parsing in the relay loop.
-    timings_event: bytes = b""
+    tally: StreamTally | None = None
 
     def settle(self) -> None:
-        """Parse the last timings a stream carried into `timings`."""
-        line, self.timings_event = self.timings_event, b""
-        try:
-            event = json.loads(line[6:]) if line else None
-        except ValueError:
-            return
-        timings = event.get("timings") if isinstance(event, dict) else None
-        if isinstance(timings, dict) and timings:
-            self.timings = timings
+        """Take a stream's token counts from what it carried (its last timings, or usage)."""
+        if self.tally is not None:
+            self.timings = self.tally.counts() or self.timings
+            self.tally = None
 
 
 def _upstream_down(backend: str, exc: BaseException) -> ApiError:
@@ -71,9 +70,26 @@ def _timed_out(backend: str, what: str) -> ApiError:
     )
 
 
-def _sse_error(message: str, code: str) -> bytes:
-    payload = {"error": {"message": message, "type": "upstream_error", "code": code}}
-    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+@dataclass(frozen=True)
+class Wire:
+    """How one surface's answers travel: its error shape and the rewriting its events need."""
+
+    anthropic_errors: bool = False
+    # Makes the rewriter of one stream, given the body sent upstream.
+    rewriter: Callable[[Mapping[str, Any]], StreamRewriter] | None = None
+    # Tokenizing and templating depend on the input alone: when llama-server throws on one
+    # (a token id beyond the vocabulary is its 500), the request is what is wrong.
+    input_faults_are_400: bool = False
+
+    def sse_error(self, status: int, message: str, code: str) -> bytes:
+        """An error event for a stream that fails after it started."""
+        if self.anthropic_errors:
+            return anthropic.sse_error(status, message)
+        payload = {"error": {"message": message, "type": "upstream_error", "code": code}}
+        return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+OPENAI_WIRE = Wire()
 
 
 async def relay(
@@ -85,6 +101,7 @@ async def relay(
     headers: Mapping[str, str],
     timeouts: RelayTimeouts,
     measured: Measurement,
+    wire: Wire = OPENAI_WIRE,
 ) -> web.StreamResponse:
     """POST body to url and return the answer (SSE relayed chunk by chunk), filling `measured`.
 
@@ -110,19 +127,28 @@ async def relay(
         if not stream or upstream.status != 200:
             remaining = timeouts.whole_answer_s - (time.monotonic() - start)
             response = await _relay_whole(
-                upstream, headers, measured, backend, remaining, timeouts.whole_answer_s
+                upstream, headers, measured, backend, remaining, timeouts.whole_answer_s, wire
             )
         else:
             response = await _relay_stream(
-                request, upstream, headers, measured, start, backend, timeouts
+                request, body, upstream, headers, measured, start, backend, timeouts, wire
             )
     finally:
         measured.duration_s = time.monotonic() - start
+        if measured.tally is not None:
+            _drain(upstream, measured.tally)
         measured.settle()
         # close(), not release(): a half-read answer must drop the connection, which is what
         # tells llama-server to stop generating and free the slot.
         upstream.close()
     return response
+
+
+def _drain(upstream: aiohttp.ClientResponse, tally: StreamTally) -> None:
+    """Count what already arrived of a stream its client left: the backend generated it."""
+    # A reader still waiting, or a connection that already failed, leaves nothing to count.
+    with contextlib.suppress(RuntimeError, aiohttp.ClientError, OSError):
+        tally.scan(upstream.content.read_nowait())
 
 
 async def _relay_whole(
@@ -132,6 +158,7 @@ async def _relay_whole(
     backend: str,
     remaining_s: float,
     limit_s: float,
+    wire: Wire,
 ) -> web.Response:
     try:
         async with asyncio.timeout(remaining_s):
@@ -144,13 +171,19 @@ async def _relay_whole(
         data = json.loads(raw)
     except ValueError:
         data = None
-    if isinstance(data, dict):
-        measured.timings = data.get("timings") or {}
-        if upstream.status >= 400:
-            err = data.get("error")
-            measured.error = err.get("message") if isinstance(err, dict) else str(err)
+    measured.timings = counts_of(data)
+    status = upstream.status
+    if status >= 400:
+        err = data.get("error") if isinstance(data, dict) else None
+        measured.error = str(err.get("message") if isinstance(err, dict) else err)
+        if status == 500 and wire.input_faults_are_400:
+            status = measured.status = 400
+            message = f"backend {backend!r} could not process this input: {measured.error}"
+            raw = json.dumps(ApiError(400, message, code="invalid_input").payload()).encode()
+        if wire.anthropic_errors:
+            raw = anthropic.from_upstream(status, raw)
     return web.Response(
-        status=upstream.status,
+        status=status,
         body=raw,
         content_type=upstream.content_type or "application/json",
         headers=headers,
@@ -159,12 +192,14 @@ async def _relay_whole(
 
 async def _relay_stream(
     request: web.Request,
+    body: Mapping[str, Any],
     upstream: aiohttp.ClientResponse,
     headers: Mapping[str, str],
     measured: Measurement,
     start: float,
     backend: str,
     timeouts: RelayTimeouts,
+    wire: Wire,
 ) -> web.StreamResponse:
     response = web.StreamResponse(
         status=200,
@@ -177,7 +212,8 @@ async def _relay_stream(
         },
     )
     await response.prepare(request)
-    pending = b""
+    tally = measured.tally = StreamTally()
+    rewriter = wire.rewriter(body) if wire.rewriter else None
     try:
         while True:
             first = measured.ttft_s is None
@@ -192,16 +228,21 @@ async def _relay_stream(
                     else (f"stalled for {wait:g} s between tokens")
                 )
                 measured.status, measured.error = 504, what
-                await response.write(
-                    _sse_error(_timed_out(backend, what).message, "upstream_timeout")
-                )
+                message = _timed_out(backend, what).message
+                await response.write(wire.sse_error(504, message, "upstream_timeout"))
                 break
             if not chunk:
+                rest = rewriter.flush() if rewriter is not None else b""
+                if rest:
+                    await response.write(rest)
                 break
             if first:
                 measured.ttft_s = time.monotonic() - start
-            await response.write(chunk)
-            pending = _scan_events(pending + chunk, measured)
+            # Counted before it is written: a client that leaves now still leaves it generated.
+            tally.scan(chunk)
+            out = rewriter.feed(chunk) if rewriter is not None else chunk
+            if out:
+                await response.write(out)
     except (ConnectionResetError, aiohttp.ClientConnectionResetError):
         measured.error = CLIENT_GONE
         return response
@@ -210,7 +251,7 @@ async def _relay_stream(
         measured.status = 502
         message = f"backend {backend!r} failed mid-stream: {exc}"
         try:
-            await response.write(_sse_error(message, "upstream_error"))
+            await response.write(wire.sse_error(502, message, "upstream_error"))
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):
             return response
     try:
@@ -218,13 +259,3 @@ async def _relay_stream(
     except (ConnectionResetError, aiohttp.ClientConnectionResetError):
         measured.error = CLIENT_GONE
     return response
-
-
-def _scan_events(buffer: bytes, measured: Measurement) -> bytes:
-    """Keep the latest complete SSE line that carries timings; return the incomplete tail."""
-    *lines, tail = buffer.split(b"\n")
-    for line in reversed(lines):
-        if line.startswith(b"data: {") and b'"timings"' in line:
-            measured.timings_event = line
-            break
-    return tail

@@ -1,4 +1,4 @@
-"""HTTP handlers: the OpenAI endpoints, /v1/models, /health and /metrics."""
+"""HTTP handlers: every relayed surface (see surfaces.py), /v1/models, /health and /metrics."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ import functools
 import json
 import time
 import uuid
+from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -14,22 +17,17 @@ from aiohttp import web
 from proxy.api.errors import ApiError
 from proxy.api.relay import CLIENT_GONE, Measurement, RelayTimeouts, relay
 from proxy.api.state import METRICS, POOL, ROUTER, SESSION, SETTINGS
-from proxy.api.validation import Endpoint, validate_body
-from proxy.backends.supervisor import BackendSaturatedError
+from proxy.api.surfaces import SURFACES, Surface
+from proxy.backends.supervisor import BackendSaturatedError, SlotUse
 from proxy.llamacpp import Timings
 from proxy.log import get_logger
 from proxy.metrics import CONTENT_TYPE, RequestRecord
-from proxy.routing.policy import RoutableBackend, RouteChoice
-from proxy.routing.router import (
-    AUTO_MODEL,
-    AUTO_TASK_MODELS,
-    NoBackendError,
-    UnknownModelError,
-)
+from proxy.routing.policy import RoutableBackend
+from proxy.routing.router import NoBackendError, UnknownModelError, fim_outcome
 from proxy.routing.scoreboard import Outcome
+from proxy.tasks import AUTO_MODEL, AUTO_TASK_MODELS, FIM_TASK
 
 log = get_logger("request")
-_PATHS: dict[Endpoint, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 
 
 async def _read_json(request: web.Request) -> Any:
@@ -46,11 +44,21 @@ async def _read_json(request: web.Request) -> Any:
         ) from None
 
 
-async def _complete(request: web.Request, endpoint: Endpoint) -> web.StreamResponse:
-    """Serve one completion and record it in the metrics exactly once, errors included."""
-    seen = RequestRecord(endpoint)
+def _handler(surface: Surface) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """The aiohttp handler of one surface."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        return await _complete(request, surface)
+
+    handle.__doc__ = f"POST {surface.path}."
+    return handle
+
+
+async def _complete(request: web.Request, surface: Surface) -> web.StreamResponse:
+    """Serve one request and record it in the metrics exactly once, errors included."""
+    seen = RequestRecord(surface.endpoint)
     try:
-        return await _serve(request, endpoint, seen)
+        return await _serve(request, surface, seen)
     except (ApiError, web.HTTPException) as exc:
         seen.status = exc.status
         raise
@@ -64,58 +72,73 @@ async def _complete(request: web.Request, endpoint: Endpoint) -> web.StreamRespo
         request.app[METRICS].observe(seen)
 
 
+@dataclass(frozen=True)
+class _Route:
+    """Where one attempt at a request went, and why."""
+
+    backend: RoutableBackend
+    reason: str
+    level: int
+
+
 def _finish(
     request: web.Request,
     request_id: str,
-    endpoint: Endpoint,
+    surface: Surface,
     body: dict[str, Any],
-    backend: str,
-    task: str,
-    choice: RouteChoice,
+    task: str | None,
+    route: _Route,
     measured: Measurement,
     device: str,
 ) -> None:
     """Record what an answer measured (a stream its client left included) and log one line."""
-    outcome = Outcome.from_timings(
-        backend, task, choice.level, Timings.parse(measured.timings), measured.ttft_s
-    )
-    if measured.status == 200 and measured.error in (None, CLIENT_GONE):
+    backend = route.backend.name
+    timings = Timings.parse(measured.timings)
+    outcome = Outcome.from_timings(backend, task or "", route.level, timings, measured.ttft_s)
+    if task == FIM_TASK:
+        outcome = fim_outcome(outcome, timings)
+    if task is not None and measured.status == 200 and measured.error in (None, CLIENT_GONE):
         request.app[ROUTER].record(outcome)
     log.info(
         "request",
         request_id=request_id,
-        endpoint=endpoint,
+        endpoint=surface.endpoint,
         backend=backend,
         task=task,
-        route=choice.reason,
+        route=route.reason,
         # Not `level`: that key is the log line's severity.
-        load_level=choice.level,
+        load_level=route.level if task is not None else None,
         status=499 if measured.error == CLIENT_GONE else measured.status,
         stream=bool(body.get("stream")),
-        tokens=outcome.predicted_n,
+        tokens=outcome.predicted_n if surface.generates else None,
         tokens_per_s=round(outcome.tokens_per_s, 1) if outcome.tokens_per_s else None,
         acceptance=round(outcome.draft_n_accepted / outcome.draft_n, 3)
         if outcome.draft_n
         else None,
         ttft_s=round(measured.ttft_s, 3) if measured.ttft_s is not None else None,
+        duration_s=round(measured.duration_s, 3),
         device=device,
         device_wait_s=round(measured.device_wait_s, 3),
-        duration_s=round(measured.duration_s, 3),
         error=measured.error,
         **({"body": body} if request.app[SETTINGS].log_prompts else {}),
     )
 
 
-def _choose(app: web.Application, model: str, task: str) -> tuple[RoutableBackend, RouteChoice]:
-    """The router's choice, with its refusals turned into OpenAI errors."""
-    pool = app[POOL]
+def _choose(app: web.Application, model: str, task: str | None) -> _Route:
+    """The router's choice (by speed for a task, else any ready backend), refusals as errors."""
+    pool, router = app[POOL], app[ROUTER]
     try:
-        return app[ROUTER].choose(model, task, list(pool))
+        if task is None:
+            backend, reason = router.choose_any(model, list(pool))
+            return _Route(backend, reason, 0)
+        backend, choice = router.choose(model, task, list(pool))
+        return _Route(backend, choice.reason, choice.level)
     except UnknownModelError:
         ids = ", ".join([AUTO_MODEL, *AUTO_TASK_MODELS, *pool.names])
         raise ApiError(
             404,
-            f"model {model!r} does not exist; use one of: {ids}",
+            f"model {model!r} does not exist; use one of: {ids} "
+            "(or map it to one with `model_aliases` in the config)",
             code="model_not_found",
             param="model",
         ) from None
@@ -128,18 +151,24 @@ def _choose(app: web.Application, model: str, task: str) -> tuple[RoutableBacken
         ) from None
 
 
-async def _serve(
-    request: web.Request, endpoint: Endpoint, seen: RequestRecord
-) -> web.StreamResponse:
-    """Validate, classify, choose, relay and log one completion, filling in `seen` as it goes."""
-    body = validate_body(await _read_json(request), endpoint)
+async def _serve(request: web.Request, surface: Surface, seen: RequestRecord) -> web.StreamResponse:
+    """Validate, classify, choose, relay and log one request, filling in `seen` as it goes."""
+    body = surface.check(await _read_json(request))
     app = request.app
     router, pool, settings = app[ROUTER], app[POOL], app[SETTINGS]
-    model = body.get("model") or AUTO_MODEL
-    try:
-        task = router.task_for(body, model, request.headers.get("X-Specproxy-Task"))
-    except ValueError as exc:
-        raise ApiError(400, str(exc), code="invalid_task", param="X-Specproxy-Task") from None
+    requested = body.get("model") or AUTO_MODEL
+    model = router.resolve_model(requested)
+    task: str | None = None
+    if surface.generates:
+        try:
+            task = router.task_for(
+                surface.view(body),
+                model,
+                request.headers.get("X-Specproxy-Task"),
+                surface.fixed_task,
+            )
+        except ValueError as exc:
+            raise ApiError(400, str(exc), code="invalid_task", param="X-Specproxy-Task") from None
     request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex[:16]
     timeouts = RelayTimeouts(
         first_token_s=settings.first_token_timeout_s,
@@ -147,55 +176,58 @@ async def _serve(
         whole_answer_s=settings.request_timeout_s,
     )
     # Running timings in every streamed chunk: a stream its client abandons still measured
-    # speed and acceptance up to that point, which the scoreboard learns from.
-    upstream_body = {"timings_per_token": True, **body} if body.get("stream") else body
+    # speed and acceptance up to that point, which the scoreboard and the metrics count.
+    if not surface.generates:
+        # A passthrough answers one JSON document; a `stream` flag would only confuse the relay.
+        upstream_body = {k: v for k, v in body.items() if k != "stream"}
+    elif body.get("stream"):
+        upstream_body = {"timings_per_token": True, **body}
+    else:
+        upstream_body = body
     # An unreachable backend received nothing, so an unpinned request may try one other.
     for attempt in (1, 2):
-        backend, choice = _choose(app, model, task)
-        supervisor = pool.get(backend.name)
+        route = _choose(app, model, task)
+        supervisor = pool.get(route.backend.name)
         assert supervisor is not None
         device = supervisor.device.name
-        seen.backend, seen.task, seen.route = backend.name, task, choice.reason
+        seen.backend, seen.task, seen.route = route.backend.name, task or "", route.reason
         seen.device = device
         headers = {
-            "X-Specproxy-Backend": backend.name,
-            "X-Specproxy-Task": task,
-            "X-Specproxy-Route": choice.reason,
+            "X-Specproxy-Backend": route.backend.name,
+            **({"X-Specproxy-Task": task} if task is not None else {}),
+            "X-Specproxy-Route": route.reason,
             "X-Request-Id": request_id,
             "X-Specproxy-Device": device,
         }
-        measured = Measurement()
+        if model != requested:
+            headers["X-Specproxy-Model"] = model
+        if "model" in upstream_body or surface.generates:
+            upstream_body = {**upstream_body, "model": route.backend.name}
+        # The metrics hold it from the start: a request cancelled mid-stream still counts
+        # what it generated.
+        measured = seen.measured = Measurement()
         finish = functools.partial(
-            _finish,
-            request,
-            request_id,
-            endpoint,
-            body,
-            backend.name,
-            task,
-            choice,
-            measured,
-            device,
+            _finish, request, request_id, surface, body, task, route, measured, device
         )
         try:
-            async with supervisor.slot() as use:
+            async with supervisor.slot() if surface.uses_slot else nullcontext(SlotUse()) as use:
                 headers["X-Specproxy-Device-Wait"] = f"{use.device_wait_s:.3f}"
+                measured.device_wait_s = use.device_wait_s
                 try:
                     response = await relay(
                         request,
                         app[SESSION],
-                        backend.name,
-                        supervisor.base_url + _PATHS[endpoint],
-                        {**upstream_body, "model": backend.name},
+                        route.backend.name,
+                        supervisor.base_url + surface.path,
+                        upstream_body,
                         headers,
                         timeouts,
                         measured,
+                        surface.wire,
                     )
                 except BaseException:
                     use.abandoned = True  # cancelled or failed: llama-server may still compute
                     raise
-                finally:
-                    measured.device_wait_s = use.device_wait_s
                 use.abandoned = measured.error is not None or measured.status != 200
             if measured.status == 502:  # failed mid-stream
                 supervisor.mark_down()
@@ -214,28 +246,20 @@ async def _serve(
         except ApiError as exc:
             if exc.status == 502:
                 supervisor.mark_down()
-            if exc.code != "backend_unreachable" or choice.reason == "pinned" or attempt == 2:
+            if exc.code != "backend_unreachable" or route.reason == "pinned" or attempt == 2:
                 raise
-    seen.measured, seen.status = measured, measured.status
+    seen.status = measured.status
     finish()
     return response
 
 
-async def chat_completions(request: web.Request) -> web.StreamResponse:
-    """POST /v1/chat/completions."""
-    return await _complete(request, "chat")
-
-
-async def completions(request: web.Request) -> web.StreamResponse:
-    """POST /v1/completions."""
-    return await _complete(request, "completions")
-
-
 async def list_models(request: web.Request) -> web.Response:
-    """GET /v1/models: the routing ids and every backend by name."""
+    """GET /v1/models: the routing ids, every backend by name and the exact model aliases."""
     created = int(time.time())
     pool = request.app[POOL]
-    ids = [AUTO_MODEL, *AUTO_TASK_MODELS, *pool.names]
+    # Exact aliases too, for clients that check their model is listed; patterns are not ids.
+    aliases = list(request.app[ROUTER].aliases.exact)
+    ids = [AUTO_MODEL, *AUTO_TASK_MODELS, *pool.names, *aliases]
     data = [{"id": i, "object": "model", "created": created, "owned_by": "specproxy"} for i in ids]
     return web.json_response({"object": "list", "data": data})
 
@@ -306,8 +330,8 @@ async def metrics(request: web.Request) -> web.Response:
 
 def add_routes(app: web.Application) -> None:
     """Register every endpoint."""
-    app.router.add_post("/v1/chat/completions", chat_completions)
-    app.router.add_post("/v1/completions", completions)
+    for surface in SURFACES:
+        app.router.add_post(surface.path, _handler(surface))
     app.router.add_get("/v1/models", list_models)
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)

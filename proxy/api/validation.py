@@ -1,36 +1,205 @@
-"""Checks on OpenAI request bodies, so bad input gets a clear 400 before it reaches a backend."""
+"""Checks on request bodies, so bad input gets a clear 400 before it reaches a backend."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 from proxy.api.errors import ApiError
 
 Endpoint = Literal["chat", "completions"]
+Check = Callable[[Any], dict[str, Any]]
 MAX_TOKENS_LIMIT = 1_000_000
+_TOKEN_LIMITS = ("max_tokens", "max_completion_tokens", "max_output_tokens", "n_predict")
 
 
 def _bad(message: str, param: str | None = None, code: str = "invalid_value") -> ApiError:
     return ApiError(400, message, code=code, param=param)
 
 
-def validate_body(body: Any, endpoint: Endpoint) -> dict[str, Any]:
+def validate_body(raw: Any, endpoint: Endpoint) -> dict[str, Any]:
     """The body as a dict if it is a usable request for this endpoint; else raise a 400."""
+    body = check_object(raw)
+    if endpoint == "chat":
+        _check_messages(body.get("messages"))
+    else:
+        _check_prompt(body.get("prompt"))
+    _check_sampling(body)
+    n = body.get("n")
+    if n is not None and n != 1:
+        raise _bad("`n` must be 1: llama-server returns one choice per request", "n", "unsupported")
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise _bad("`stream_options` must be an object", "stream_options")
+    return body
+
+
+def check_chat(body: Any) -> dict[str, Any]:
+    """POST /v1/chat/completions."""
+    return validate_body(body, "chat")
+
+
+def check_completions(body: Any) -> dict[str, Any]:
+    """POST /v1/completions and llama.cpp's own /completion."""
+    return validate_body(body, "completions")
+
+
+def check_responses(raw: Any) -> dict[str, Any]:
+    """POST /v1/responses: `input` as text or a list of items."""
+    body = check_responses_input(raw)
+    _check_sampling(body)
+    return body
+
+
+def check_responses_input(raw: Any) -> dict[str, Any]:
+    """A Responses body's `input`, `instructions` and conversation state."""
+    body = check_object(raw)
+    value = body.get("input")
+    if not (isinstance(value, str) or (isinstance(value, list) and value)):
+        raise _bad("`input` must be a string or a non-empty list of input items", "input")
+    if isinstance(value, list) and not all(isinstance(item, dict) for item in value):
+        raise _bad("every `input` item must be an object such as {role, content}", "input")
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise _bad("`instructions` must be a string", "instructions")
+    if body.get("previous_response_id"):
+        raise _bad(
+            "`previous_response_id` is not supported: llama-server keeps no responses; "
+            "send the whole conversation in `input`",
+            "previous_response_id",
+            "unsupported",
+        )
+    return body
+
+
+def check_messages(raw: Any) -> dict[str, Any]:
+    """POST /v1/messages (Anthropic): `messages` of user and assistant turns."""
+    body = check_anthropic_messages(raw)
+    _check_sampling(body)
+    return body
+
+
+def check_anthropic_messages(raw: Any) -> dict[str, Any]:
+    """An Anthropic body's `system` and `messages`."""
+    body = check_object(raw)
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise _bad("`messages` must be a non-empty list of {role, content} objects", "messages")
+    for i, message in enumerate(messages):
+        where = f"messages.{i}"
+        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+            raise _bad(f"{where}: `role` must be user or assistant", f"{where}.role")
+        content = message.get("content")
+        if not (isinstance(content, str) or _are_blocks(content)):
+            raise _bad(
+                f"{where}: `content` must be a string or a list of content blocks with a `type` "
+                '(text blocks: {"type": "text", "text": "..."})',
+                f"{where}.content",
+            )
+    system = body.get("system")
+    if system is not None and not (isinstance(system, str) or _are_blocks(system)):
+        raise _bad("`system` must be a string or a list of text blocks", "system")
+    return body
+
+
+def _are_blocks(content: Any) -> bool:
+    """Anthropic content blocks: each with a `type`, and text blocks with their text."""
+    return isinstance(content, list) and all(
+        isinstance(b, dict)
+        and isinstance(b.get("type"), str)
+        and (b["type"] != "text" or isinstance(b.get("text"), str))
+        for b in content
+    )
+
+
+def check_infill(raw: Any) -> dict[str, Any]:
+    """POST /infill (llama.cpp's FIM): the code before and after the cursor."""
+    body = check_object(raw)
+    for key in ("input_prefix", "input_suffix"):
+        if not isinstance(body.get(key), str):
+            raise _bad(f"`{key}` must be a string (the code before/after the cursor)", key)
+    prompt = body.get("prompt")
+    if prompt is not None and not isinstance(prompt, str):
+        raise _bad("`prompt` must be a string (text to put after the middle token)", "prompt")
+    extra = body.get("input_extra")
+    if extra is not None:
+        ok = isinstance(extra, list) and all(
+            isinstance(chunk, dict)
+            and isinstance(chunk.get("text"), str)
+            and isinstance(chunk.get("filename", ""), str)
+            for chunk in extra
+        )
+        if not ok:
+            raise _bad(
+                '`input_extra` must be a list of {"filename": string, "text": string}',
+                "input_extra",
+            )
+    _check_sampling(body)
+    return body
+
+
+def check_object(body: Any) -> dict[str, Any]:
+    """Any JSON object, with `model`, if present, a string."""
     if not isinstance(body, dict):
         raise _bad("the request body must be a JSON object", code="invalid_json")
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise _bad('`model` must be a string such as "auto" or a backend name', "model")
-    if endpoint == "chat":
-        _check_messages(body.get("messages"))
-    else:
-        prompt = body.get("prompt")
-        ok = isinstance(prompt, str) or (
-            isinstance(prompt, list) and prompt and all(isinstance(p, str | int) for p in prompt)
-        )
-        if not ok:
-            raise _bad("`prompt` must be a non-empty string or list of strings", "prompt")
-    for key in ("max_tokens", "max_completion_tokens", "n_predict"):
+    return body
+
+
+def check_tokenize(raw: Any) -> dict[str, Any]:
+    """POST /tokenize: `content` as text (or text mixed with token ids)."""
+    body = check_object(raw)
+    content = body.get("content")
+    if not (isinstance(content, str) or _list_of(content, str | int)):
+        raise _bad("`content` must be a string", "content")
+    return body
+
+
+def check_detokenize(raw: Any) -> dict[str, Any]:
+    """POST /detokenize: `tokens`, a list of token ids."""
+    body = check_object(raw)
+    tokens = body.get("tokens")
+    if not isinstance(tokens, list) or not all(
+        isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in tokens
+    ):
+        raise _bad("`tokens` must be a list of token ids (integers from 0)", "tokens")
+    return body
+
+
+def check_chat_messages(raw: Any) -> dict[str, Any]:
+    """/apply-template and /v1/chat/completions/input_tokens: a chat's `messages`."""
+    body = check_object(raw)
+    _check_messages(body.get("messages"))
+    return body
+
+
+def check_embeddings(raw: Any) -> dict[str, Any]:
+    """POST /v1/embeddings: `input` as text or a list of texts."""
+    body = check_object(raw)
+    value = body.get("input")
+    if not (isinstance(value, str) or (_list_of(value, str | int | list) and value)):
+        raise _bad("`input` must be a string or a non-empty list of strings", "input")
+    return body
+
+
+def _list_of(value: Any, kind: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(v, kind) and not isinstance(v, bool) for v in value
+    )
+
+
+def _check_prompt(prompt: Any) -> None:
+    ok = isinstance(prompt, str) or (
+        isinstance(prompt, list) and prompt and all(isinstance(p, str | int) for p in prompt)
+    )
+    if not ok:
+        raise _bad("`prompt` must be a non-empty string or list of strings", "prompt")
+
+
+def _check_sampling(body: dict[str, Any]) -> None:
+    for key in _TOKEN_LIMITS:
         value = body.get(key)
         if value is None:
             continue
@@ -38,9 +207,6 @@ def validate_body(body: Any, endpoint: Endpoint) -> dict[str, Any]:
             raise _bad(f"`{key}` must be an integer", key)
         if not 1 <= value <= MAX_TOKENS_LIMIT:
             raise _bad(f"`{key}` must be between 1 and {MAX_TOKENS_LIMIT}, got {value}", key)
-    n = body.get("n")
-    if n is not None and n != 1:
-        raise _bad("`n` must be 1: llama-server returns one choice per request", "n", "unsupported")
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise _bad("`stream` must be true or false", "stream")
@@ -48,10 +214,6 @@ def validate_body(body: Any, endpoint: Endpoint) -> dict[str, Any]:
         value = body.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
             raise _bad(f"`{key}` must be a number", key)
-    options = body.get("stream_options")
-    if options is not None and not isinstance(options, dict):
-        raise _bad("`stream_options` must be an object", "stream_options")
-    return body
 
 
 def _check_messages(messages: Any) -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Final, Literal, TypeGuard
+from typing import Any, Final, TypeGuard
 
-TaskClass = Literal["code", "prose", "echo"]
-TASK_CLASSES: Final[tuple[TaskClass, ...]] = ("code", "prose", "echo")
+from proxy.tasks import TASK_CLASSES, TaskClass
+
+__all__ = ["TASK_CLASSES", "TaskClass", "TaskClassifier"]
 
 # Scan bounds: enough to see the instruction and a representative slice of any payload, while
 # keeping a 200 KB request about as cheap as a 2 KB one.

@@ -1,0 +1,113 @@
+"""Anthropic's error shape, for the Messages surfaces: {"type": "error", "error": {...}}."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+from proxy.api.sse import EventRewriter, join_event, split_event
+
+PATH_PREFIX = "/v1/messages"
+# Anthropic's documented error types by status; the status itself is kept as it is.
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    502: "api_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+}
+
+
+def is_anthropic_path(path: str) -> bool:
+    """Whether a request path belongs to the Anthropic Messages API, so errors take its shape."""
+    return path == PATH_PREFIX or path.startswith(PATH_PREFIX + "/")
+
+
+def error_type(status: int) -> str:
+    """Anthropic's error type for an HTTP status."""
+    return _TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+
+
+def error_body(status: int, message: str) -> dict[str, object]:
+    """The JSON body Anthropic clients parse for an error."""
+    return {"type": "error", "error": {"type": error_type(status), "message": message}}
+
+
+def from_upstream(status: int, raw: bytes) -> bytes:
+    """llama-server's OpenAI-style error answer on a Messages path, in Anthropic's shape."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        data = None
+    error = data.get("error") if isinstance(data, dict) else None
+    if isinstance(data, dict) and data.get("type") == "error":
+        return raw  # already Anthropic's shape
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        message = error["message"]
+    else:
+        message = raw.decode("utf-8", "replace")[:500] or f"backend answered {status}"
+    return json.dumps(error_body(status, message)).encode()
+
+
+def sse_error(status: int, message: str) -> bytes:
+    """An `error` event for a Messages stream that fails after it started."""
+    return b"event: error\ndata: " + json.dumps(error_body(status, message)).encode() + b"\n\n"
+
+
+class MessagesStreamFix(EventRewriter):
+    """Messages streams as Anthropic clients expect them, from llama-server b11434's.
+
+    It sends `message_start` with its first generated token only, so when that token is held
+    back (the first bytes of a multi-token character such as an emoji) the stream starts with
+    `content_block_start` and the SDK's `messages.stream()` fails; specproxy sends one then.
+    Its mid-stream `error` events get Anthropic's shape.
+    """
+
+    def __init__(self, model: str) -> None:
+        super().__init__()
+        self._model = model
+        self._started = False
+
+    def rewrite(self, event: bytes) -> bytes:
+        """The event, after a `message_start` if the stream lacks one, errors reshaped."""
+        if event.startswith(b"event: error"):
+            self._started = True
+            return self._error(event)
+        if self._started or not event.startswith(b"event: "):
+            return event
+        self._started = True
+        if event.startswith(b"event: message_start"):
+            return event
+        return self._message_start() + b"\n\n" + event
+
+    def _message_start(self) -> bytes:
+        # Its prompt token count is unknown here: the final message_delta still counts output.
+        message: dict[str, object] = {
+            "id": f"msg_{uuid.uuid4().hex}",
+            "type": "message",
+            "role": "assistant",
+            "content": [],
+            "model": self._model,
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+        }
+        data = json.dumps({"type": "message_start", "message": message})
+        return b"event: message_start\ndata: " + data.encode()
+
+    @staticmethod
+    def _error(event: bytes) -> bytes:
+        lines, at, data = split_event(event)
+        if at < 0 or not isinstance(data, dict) or data.get("type") == "error":
+            return event
+        code = data.get("code")
+        status = code if isinstance(code, int) and 400 <= code < 600 else 500
+        message = data.get("message")
+        text = message if isinstance(message, str) else "the backend failed mid-stream"
+        return join_event(lines, at, error_body(status, text))

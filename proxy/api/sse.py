@@ -1,0 +1,59 @@
+"""Server-sent events: whole events out of a byte stream, so a surface can rewrite them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Protocol
+
+_END = b"\n\n"
+
+
+class StreamRewriter(Protocol):
+    """Turns upstream SSE bytes into what the client gets, one whole event at a time."""
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Rewritten whole events from this chunk; an incomplete tail waits for the next."""
+        ...
+
+    def flush(self) -> bytes:
+        """Whatever is left when the upstream stream ends."""
+        ...
+
+
+class EventRewriter:
+    """Splits the stream into events and passes each through `rewrite`; subclasses override it."""
+
+    def __init__(self) -> None:
+        self._pending = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Rewritten whole events from this chunk; an incomplete tail waits for the next."""
+        *events, self._pending = (self._pending + chunk).split(_END)
+        return b"".join(self.rewrite(event) + _END for event in events)
+
+    def flush(self) -> bytes:
+        """Whatever is left when the upstream stream ends."""
+        rest, self._pending = self._pending, b""
+        return self.rewrite(rest) if rest.strip() else rest
+
+    def rewrite(self, event: bytes) -> bytes:
+        """One event (its lines, without the blank line that ends it), rewritten."""
+        return event
+
+
+def split_event(event: bytes) -> tuple[list[bytes], int, Any]:
+    """An event's lines, the index of its `data:` line (-1 if none) and that data parsed."""
+    lines = event.split(b"\n")
+    for i, line in enumerate(lines):
+        if line.startswith(b"data:"):
+            try:
+                return lines, i, json.loads(line[5:])
+            except ValueError:
+                return lines, i, None
+    return lines, -1, None
+
+
+def join_event(lines: list[bytes], index: int, data: Any) -> bytes:
+    """The event with its `data:` line replaced by data."""
+    lines[index] = b"data: " + json.dumps(data, ensure_ascii=False).encode()
+    return b"\n".join(lines)

@@ -1,0 +1,109 @@
+"""Token counts of an answer: llama.cpp's `timings` where it has them, else its `usage` fields.
+
+Chat, completions, /completion, /infill and Responses streams carry llama.cpp's timings (speed,
+drafts). Responses answers that are not streamed and every Messages answer carry only usage
+counts, given here under the timings' own keys (`predicted_n`, `prompt_n`) so one record serves
+every surface; they have no speed and no draft counts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+# Anthropic streams say how many tokens they generated only in their last event; a stream its
+# client leaves earlier is counted by its text events, one per token llama-server sent.
+_DELTA_EVENT = b"event: content_block_delta"
+_USAGE_LINES_KEPT = 4
+
+
+def counts_from_usage(answer: Mapping[str, Any]) -> dict[str, int]:
+    """`predicted_n` and `prompt_n` from the usage of a chat, Responses or Messages answer."""
+    usage = answer.get("usage")
+    for wrapper in ("response", "message"):  # Responses and Messages stream events nest it
+        inner = answer.get(wrapper)
+        if usage is None and isinstance(inner, Mapping):
+            usage = inner.get("usage")
+    if not isinstance(usage, Mapping):
+        return {}
+    counts: dict[str, int] = {}
+    generated = _first_int(usage, "output_tokens", "completion_tokens")
+    if generated is not None:
+        counts["predicted_n"] = generated
+    prompt = _first_int(usage, "input_tokens", "prompt_tokens")
+    if prompt is not None:
+        details = usage.get("input_tokens_details")
+        if "cache_read_input_tokens" not in usage and isinstance(details, Mapping):
+            # Responses count cached tokens inside input_tokens; Messages count them apart.
+            prompt -= _first_int(details, "cached_tokens") or 0
+        counts["prompt_n"] = max(prompt, 0)
+    return counts
+
+
+def counts_of(answer: Any) -> dict[str, Any]:
+    """A whole answer's timings, else its usage counts, else nothing."""
+    if not isinstance(answer, Mapping):
+        return {}
+    timings = answer.get("timings")
+    if isinstance(timings, dict) and timings:
+        return timings
+    return counts_from_usage(answer)
+
+
+def _first_int(mapping: Mapping[str, Any], *keys: str) -> int | None:
+    for key in keys:
+        value = mapping.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+class StreamTally:
+    """What a stream says about its tokens, kept cheaply as its lines pass."""
+
+    def __init__(self) -> None:
+        # Every chunk carries running timings, and decoding each one would put JSON parsing
+        # in the relay loop: the latest such line is kept and parsed once at the end.
+        self.timings_line = b""
+        self.usage_lines: list[bytes] = []
+        self.deltas = 0
+        self._tail = b""
+
+    def scan(self, chunk: bytes) -> None:
+        """Look at the complete lines of a chunk; an incomplete last line waits for the next."""
+        *lines, self._tail = (self._tail + chunk).split(b"\n")
+        for line in lines:
+            if line.startswith(b"data: {"):
+                if b'"timings"' in line:
+                    self.timings_line = line
+                elif b'"usage"' in line:
+                    self.usage_lines = [*self.usage_lines[-_USAGE_LINES_KEPT + 1 :], line]
+            elif line.startswith(_DELTA_EVENT):
+                self.deltas += 1
+
+    def counts(self) -> dict[str, Any]:
+        """The last timings the stream carried, else its usage counts, else its text events."""
+        timings = _timings_in(self.timings_line)
+        if timings:
+            return timings
+        counts: dict[str, Any] = {}
+        for line in self.usage_lines:
+            for key, value in counts_from_usage(_parse(line)).items():
+                counts[key] = max(value, counts.get(key, 0))
+        if self.deltas > counts.get("predicted_n", 0):
+            counts["predicted_n"] = self.deltas
+        return counts
+
+
+def _parse(line: bytes) -> dict[str, Any]:
+    try:
+        event = json.loads(line[6:])
+    except ValueError:
+        return {}
+    return event if isinstance(event, dict) else {}
+
+
+def _timings_in(line: bytes) -> dict[str, Any]:
+    timings = _parse(line).get("timings") if line else None
+    return timings if isinstance(timings, dict) else {}
