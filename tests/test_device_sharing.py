@@ -156,16 +156,21 @@ def test_calibration_under_load_and_pinned_pairs_take_turns(
             [lambda b=b: ask(client, b, "code") for b in ("plain", "ngram", "draft")]
         )
         wait_calibrated(shared_cpu)
-        alone = {b: max(ask(client, b, "code")[1] for _ in range(2)) for b in ("plain", "ngram")}
-        pairs = [
-            at_once([lambda: ask(client, "plain", "code"), lambda: ask(client, "ngram", "code")])
-            for _ in range(4)
-        ]
+        rounds = []
+        for _ in range(4):
+            # Each round's own single-stream reference: the machine's speed drifts, and
+            # ngram-mod gets faster as it remembers answers it has seen.
+            alone = {b: ask(client, b, "code")[1] for b in ("plain", "ngram")}
+            pair = at_once(
+                [lambda: ask(client, "plain", "code"), lambda: ask(client, "ngram", "code")]
+            )
+            rounds.append((alone, pair))
     assert watcher.busy_samples > 20, "the watcher saw no decoding at all"
     assert watcher.overlaps() == []
-    for plain, ngram in pairs:
+    for alone, (plain, ngram) in rounds:
         assert plain[1] >= alone["plain"] / 3, (plain, alone)
         assert ngram[1] >= alone["ngram"] / 3, (ngram, alone)
+    pairs = [pair for _, pair in rounds]
     # In each pair one request waited for the device while the other decoded.
     waits = [max(p[3], n[3]) for p, n in pairs]
     assert all(w > 0 for w in waits), waits
