@@ -232,21 +232,46 @@ def echo_share(answer: str, prompt: str) -> float:
 
 
 _TRANSLATE = re.compile(r"\btranslat", re.IGNORECASE)
+_WORD = re.compile(r"[^\W\d_]{3,}")
+
+
+def payload_of(prompt: str, instruction: str) -> str:
+    """The pasted text in a prompt: what follows the instruction, or its first line or colon."""
+    if instruction and instruction in prompt and len(prompt) > len(instruction) + 20:
+        return prompt.replace(instruction, "", 1)
+    head = re.match(r"[^\n:]*[:\n]", prompt)
+    return prompt[head.end() :] if head else ""
+
+
+def word_share(answer: str, payload: str) -> float:
+    """Share of the answer's words (3+ letters) that occur in the payload."""
+    seen = {w.lower() for w in _WORD.findall(payload)}
+    found = [w.lower() for w in _WORD.findall(answer)]
+    return sum(w in seen for w in found) / len(found) if found else 0.0
 
 
 def answer_shape(answer: str, prompt: str, instruction: str = "") -> tuple[str | None, str]:
-    """The class of a reference answer (None when mixed), and why."""
+    """The class of a reference answer (None when mixed), and why.
+
+    echo: the answer copies the prompt (60 % of its characters in runs of 20+), or it is a
+    version of the pasted payload: about as long (0.5-2.5 times) and made of its words (60 %),
+    as a refactor or a rewrite in another programming language is, or a translation of it
+    (the definition counts translating a pasted text as echo).
+    code / prose: 60 % of the answer is code / at most 30 % is.
+    """
     echo = echo_share(answer, prompt)
     code = code_share(answer)
     basis = f"reference answer: {echo:.0%} copied from the prompt, {code:.0%} code"
     if echo >= 0.6 and len(answer) >= 100:
         return "echo", basis
-    if (
-        _TRANSLATE.search(instruction)
-        and len(prompt) - len(instruction) >= 80
-        and len(answer) >= 0.4 * (len(prompt) - len(instruction))
-    ):
-        return "echo", basis + "; a translation of the pasted text"
+    payload = payload_of(prompt, instruction).strip()
+    ratio = len(answer.strip()) / len(payload) if payload else 0.0
+    if len(payload) >= 80 and 0.5 <= ratio <= 2.5:
+        words = word_share(answer, payload)
+        if words >= 0.6:
+            return "echo", basis + f"; a version of the pasted text ({words:.0%} of its words)"
+        if _TRANSLATE.search(prompt[: len(prompt) - len(payload)] or prompt[:200]):
+            return "echo", basis + "; a translation of the pasted text"
     if echo >= 0.35:
         return None, basis
     if code >= 0.6:
