@@ -479,7 +479,9 @@ def self_instruct(mirror: Mirror) -> Iterator[Item]:
         label, basis = answer_shape(instance["output"], user, instruction)
         if label is None:
             continue
-        yield Item(row["id"].replace("_", "-"), "self-instruct", label, basis, wrap_plain(rng, user))
+        yield Item(
+            row["id"].replace("_", "-"), "self-instruct", label, basis, wrap_plain(rng, user)
+        )
 
 
 _MT_LABEL = {
@@ -675,19 +677,27 @@ def main() -> None:
     args = parser.parse_args()
     mirror = Mirror(args.mirror)
     formats = aider_formats(mirror)
-    items: list[Item] = corrected([
-        *oasst_and_commits(mirror, formats),
-        *humanevalpack(mirror, formats),
-        *self_instruct(mirror),
-        *mt_bench(mirror),
-        *vicuna_bench(mirror),
-        *gpteacher(mirror, formats),
-        *aider_history(mirror, formats),
-    ])
+    items: list[Item] = corrected(
+        [
+            *oasst_and_commits(mirror, formats),
+            *humanevalpack(mirror, formats),
+            *self_instruct(mirror),
+            *mt_bench(mirror),
+            *vicuna_bench(mirror),
+            *gpteacher(mirror, formats),
+            *aider_history(mirror, formats),
+        ]
+    )
     ids = Counter(item.id for item in items)
     assert max(ids.values()) == 1, [i for i, n in ids.items() if n > 1]
+    # Sources repeat some requests (the same commit message, the same question): a request that
+    # occurs twice is left out altogether, so that no test request is also a training one.
+    bodies = Counter(json.dumps(item.body, sort_keys=True) for item in items)
+    items = [item for item in items if bodies[json.dumps(item.body, sort_keys=True)] == 1]
     args.out.mkdir(parents=True, exist_ok=True)
-    files = {part: (args.out / f"{part}.jsonl").open("w", encoding="utf-8") for part in ("tune", "test")}
+    files = {
+        part: (args.out / f"{part}.jsonl").open("w", encoding="utf-8") for part in ("tune", "test")
+    }
     split_rows = []
     for item in sorted(items, key=lambda i: i.id):
         part = part_of(item.id)
