@@ -6,7 +6,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from importlib import resources
-from itertools import pairwise
+from itertools import pairwise, repeat
 from typing import Any, Final, Literal
 
 from proxy.routing import lexicon as lx
@@ -19,6 +19,7 @@ from proxy.routing.cues import (
     USER_TAIL,
     RuleCues,
     bounded,
+    count_upto,
     find_phrase,
     has_error_log,
     is_list,
@@ -48,7 +49,11 @@ class LinearModel:
 
     def __init__(self, classes: Sequence[TaskClass], weights: Mapping[str, Sequence[float]]):
         self.classes = tuple(classes)
-        self.weights = {name: tuple(w) for name, w in weights.items()}
+        # One dict per class: scoring is then a C-level map over the features.
+        self._per_class = tuple(
+            {name: float(w[i]) for name, w in weights.items() if w[i]}
+            for i in range(len(self.classes))
+        )
 
     @classmethod
     def load(cls, text: str | None = None) -> LinearModel:
@@ -59,13 +64,7 @@ class LinearModel:
         return cls(data["classes"], data["weights"])
 
     def scores(self, features: Sequence[str]) -> list[float]:
-        totals = [0.0] * len(self.classes)
-        for name in features:
-            w = self.weights.get(name)
-            if w is not None:
-                for i, value in enumerate(w):
-                    totals[i] += value
-        return totals
+        return [sum(map(weights.get, features, repeat(0.0))) for weights in self._per_class]
 
     def predict(self, features: Sequence[str]) -> TaskClass:
         totals = self.scores(features)
@@ -207,11 +206,15 @@ class TaskClassifier:
         payload = user_len - len(stripped.strip()) if fences else 0
         feats.append(f"fenced:{_bucket(payload, (1, 200, 1000, 4000))}")
         lines = scan.split("\n")
-        code_lines = sum(
-            1
-            for line in lines
-            if line.rstrip().endswith((";", "{", "}", ")", ":"))
-            or line.lstrip().startswith(lx.LINE_KEYWORDS)
+        # The last bucket starts at 20 code lines: counting stops there.
+        code_lines = count_upto(
+            (
+                line
+                for line in lines
+                if line.rstrip().endswith((";", "{", "}", ")", ":"))
+                or line.lstrip().startswith(lx.LINE_KEYWORDS)
+            ),
+            20,
         )
         feats.append(f"code_lines:{_bucket(code_lines, (1, 3, 8, 20))}")
         feats.append(f"lines:{_bucket(len(lines), (2, 4, 10, 40))}")

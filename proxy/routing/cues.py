@@ -7,7 +7,7 @@ find together with the request's structure.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, Literal, TypeGuard
 
 from proxy.routing import lexicon as lx
@@ -238,14 +238,17 @@ class RuleCues:
             return score
         # Counts and small separate regexes: each regex keeps the engine's literal-prefix scan,
         # which one combined alternation would lose.
-        syntax = (
-            sum(1 for line in lower.split("\n") if line.lstrip().startswith(lx.LINE_KEYWORDS))
-            + lower.count(";\n")
-            + lower.count("{\n")
-            + lower.count("}\n")
-            + len(lx.OPERATORS_RE.findall(lower))
-            + len(lx.CLI_FLAG_RE.findall(lower))
-        )
+        # Only min(syntax, 4) counts, so each count stops at 4.
+        syntax = lower.count(";\n") + lower.count("{\n") + lower.count("}\n")
+        if syntax < 4:
+            keyword_lines = (
+                line for line in lower.split("\n") if line.lstrip().startswith(lx.LINE_KEYWORDS)
+            )
+            syntax += count_upto(keyword_lines, 4 - syntax)
+        if syntax < 4:
+            syntax += count_upto(lx.OPERATORS_RE.finditer(lower), 4 - syntax)
+        if syntax < 4:
+            syntax += count_upto(lx.CLI_FLAG_RE.finditer(lower), 4 - syntax)
         if syntax < 4 and lower.count("`") >= 2:
             syntax += 1
         if syntax < 4:
@@ -378,6 +381,16 @@ def find_phrase(text: str, tokens: frozenset[str], index: lx.PhraseIndex) -> int
                 for pos in _occurrences(text, cue, 0, len(text), whole_word=False):
                     return pos
     return -1
+
+
+def count_upto(items: Iterable[object], cap: int) -> int:
+    """How many items there are, counting no further than ``cap``."""
+    found = 0
+    for _ in items:
+        found += 1
+        if found >= cap:
+            break
+    return found
 
 
 def _has_debug(text: str, tokens: frozenset[str]) -> bool:
