@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from itertools import pairwise, repeat
@@ -104,8 +103,9 @@ class TaskClassifier:
        weighs those cues with the request's shape (payload size, fences, code lines, history,
        files in the chat) and the instruction's words.
 
-    Only bounded slices of the request are scanned, so the cost stays under 100 µs
-    (``scripts/classifier_speed.py``). Anything it cannot make sense of is **prose**.
+    Only bounded slices of the request are scanned, so a request costs a few hundred µs at
+    most, however large (``scripts/classifier_speed.py``). Anything it cannot make sense of is
+    **prose**.
     """
 
     def __init__(self, *, system_cache_size: int = 256, model: LinearModel | None = None) -> None:
@@ -149,7 +149,7 @@ class TaskClassifier:
         return bounded(prompt_text(body.get("prompt")), USER_HEAD, USER_TAIL)[0]
 
     def features(self, body: Mapping[str, Any]) -> list[str]:
-        """The binary features of a body that ``hard_verdict`` leaves undecided."""
+        """The binary features of a body that ``hard_verdict`` leaves undecided (no repeats)."""
         system = ""
         history: list[str] = []
         messages = body.get("messages")
@@ -158,13 +158,37 @@ class TaskClassifier:
         else:
             user, user_len = bounded(prompt_text(body.get("prompt")), USER_HEAD, USER_TAIL)
         feats = ["bias"] if messages else ["bias", "completion"]
-
         lower = user.lower()
         fences = lower.count("```") // 2
         stripped = strip_fences(lower) if fences or "```" in lower else lower
-        head_tokens = tokenise(stripped[:INSTR_HEAD])
+        cue, coding_system = self._cue_features(
+            feats, user, user_len, lower, stripped, system, history
+        )
+        code_lines = self._shape_features(
+            feats, user, user_len, stripped, fences, system, coding_system, history
+        )
+        pasted = "code" if fences or code_lines >= 3 else "text" if user_len >= 300 else "none"
+        feats.append(f"payload:{pasted}")
+        feats.append(f"cue:{cue}|payload:{pasted}")
+        if system:
+            edit = "system:edit_format" in feats
+            kind = "edit" if edit else "coding" if coding_system else "other"
+            feats.append(f"payload:{pasted}|system:{kind}")
+        self._word_features(feats, stripped, pasted)
+        return list(dict.fromkeys(feats))
 
-        # Rule cues.
+    def _cue_features(
+        self,
+        feats: list[str],
+        user: str,
+        user_len: int,
+        lower: str,
+        stripped: str,
+        system: str,
+        history: list[str],
+    ) -> tuple[str | None, bool]:
+        """What the hand-written rules find; returns the echo cue and whether the system codes."""
+        head_tokens = tokenise(stripped[:INSTR_HEAD])
         cue = self._cues.echo_cue(user, user_len, stripped, head_tokens, history)
         feats.append(f"cue:{cue}")
         whole = stripped is lower and len(lower) <= INSTR_HEAD
@@ -182,9 +206,23 @@ class TaskClassifier:
         if history:
             recent = "\n".join(text[:HISTORY_HEAD] for text in history[-2:])
             history_code = self._cues.code_score(recent, 2 * _CODE_THRESHOLD) >= 2 * _CODE_THRESHOLD
+            if history_code:
+                feats.append("history:code")
         feats.append(f"rule:{self._rule_verdict(cue, score, reset, coding_system, history_code)}")
+        return cue, coding_system
 
-        # The request's shape.
+    @staticmethod
+    def _shape_features(
+        feats: list[str],
+        user: str,
+        user_len: int,
+        stripped: str,
+        fences: int,
+        system: str,
+        coding_system: bool,
+        history: list[str],
+    ) -> int:
+        """The request's shape: system prompt, history, sizes; returns the code lines counted."""
         if system:
             feats.append("system")
             if coding_system:
@@ -193,8 +231,6 @@ class TaskClassifier:
                 feats.append("system:edit_format")
         if history:
             feats.append("history")
-            if history_code:
-                feats.append("history:code")
             if any(marker in text[:300] for text in history for marker in lx.FILES_IN_CHAT):
                 feats.append("history:files")
             if "```" in history[-1]:
@@ -203,9 +239,9 @@ class TaskClassifier:
                 feats.append("history:last_long")
         feats.append(f"len:{_bucket(user_len, (40, 120, 400, 1500, 5000))}")
         feats.append(f"fences:{min(fences, 2)}")
-        payload = user_len - len(stripped.strip()) if fences else 0
-        feats.append(f"fenced:{_bucket(payload, (1, 200, 1000, 4000))}")
-        lines = scan.split("\n")
+        fenced = user_len - len(stripped.strip()) if fences else 0
+        feats.append(f"fenced:{_bucket(fenced, (1, 200, 1000, 4000))}")
+        lines = bounded(user, SCORE_HEAD, SCORE_TAIL)[0].split("\n")
         # The last bucket starts at 20 code lines: counting stops there.
         code_lines = count_upto(
             (
@@ -220,42 +256,30 @@ class TaskClassifier:
         feats.append(f"lines:{_bucket(len(lines), (2, 4, 10, 40))}")
         if has_error_log(user):
             feats.append("error_log")
+        return code_lines
 
-        # The instruction's words, from the start and the end of the message.
+    def _word_features(self, feats: list[str], stripped: str, pasted: str) -> None:
+        """The instruction's words, from the start and the end of the message."""
         words_text = stripped.strip()
         if len(words_text) > _WORD_HEAD + _WORD_TAIL:
             words_text = words_text[:_WORD_HEAD] + " \n " + words_text[-_WORD_TAIL:]
         tokens = words_text.encode().translate(lx.TOKEN_TABLE).decode().split()
-        pasted = "code" if fences or code_lines >= 3 else "text" if user_len >= 300 else "none"
-        feats.append(f"payload:{pasted}")
-        feats.append(f"cue:{cue}|payload:{pasted}")
-        if system:
-            edit = "system:edit_format" in feats
-            kind = "edit" if edit else "coding" if coding_system else "other"
-            feats.append(f"payload:{pasted}|system:{kind}")
         if tokens:
             feats.append(f"first:{tokens[0]}")
             feats.append(f"first:{tokens[0]}|payload:{pasted}")
             feats.append(f"first2:{'_'.join(tokens[:2])}")
-        seen: set[str] = set()
-        for t in tokens:
-            if t in seen:
-                continue
-            seen.add(t)
+        for t in dict.fromkeys(tokens):
             feats.append(f"w:{t}")
             if len(t) >= 6:
                 feats.append(f"p:{t[:5]}")
             if not t.isascii():
                 # Scripts written without spaces (Chinese, Japanese): character pairs.
                 feats.extend(f"c:{a}{b}" for a, b in pairwise(t) if a >= "\u3000")
-        feats.extend({f"b:{a}_{b}" for a, b in pairwise(tokens[:_MAX_BIGRAMS])})
-        tail = words_text.rstrip()
-        if tail.endswith("?"):
+        feats.extend(f"b:{a}_{b}" for a, b in pairwise(tokens[:_MAX_BIGRAMS]))
+        if words_text.rstrip().endswith("?"):
             feats.append("ends:?")
-        first_line = words_text.split("\n", 1)[0]
-        if self._cues.is_question(first_line):
+        if self._cues.is_question(words_text.split("\n", 1)[0]):
             feats.append("question")
-        return feats
 
     @staticmethod
     def _rule_verdict(
@@ -274,11 +298,3 @@ class TaskClassifier:
         if score < _CODE_THRESHOLD and history_code:
             score += _CODE_THRESHOLD
         return "code" if score >= _CODE_THRESHOLD else "prose"
-
-
-def softmax(scores: Sequence[float]) -> list[float]:
-    """Probabilities from class scores (for reports; ``predict`` needs only the argmax)."""
-    top = max(scores)
-    exps = [math.exp(s - top) for s in scores]
-    total = sum(exps)
-    return [e / total for e in exps]
