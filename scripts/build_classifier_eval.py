@@ -88,15 +88,6 @@ class Mirror:
             text=True,
         ).stdout
 
-    def read_bytes(self, source: str, path: str) -> bytes:
-        repo, commit, _ = SOURCES[source]
-        git_dir = self.root / repo.replace("/", "+") / "repo"
-        return subprocess.run(
-            ["git", "-C", str(git_dir), "show", f"{commit}:{path}"],
-            check=True,
-            capture_output=True,
-        ).stdout
-
     def jsonl(self, source: str, path: str) -> list[dict[str, Any]]:
         return [json.loads(line) for line in self.read(source, path).splitlines() if line.strip()]
 
