@@ -26,7 +26,7 @@ from locust.env import Environment
 from locust.exception import StopUser
 
 from loadtests.measure import Sample, summarise, write_samples
-from loadtests.prompts import PROMPTS
+from loadtests.prompts import PROMPTS, Messages
 from proxy.llamacpp import Timings
 
 log = logging.getLogger("loadtests")
@@ -139,8 +139,8 @@ class _Failed(Exception):
     """The answer was not a complete completion with llama.cpp's timings."""
 
 
-def _prompts(task_class: str, offset: int) -> Iterator[tuple[str, str]]:
-    """(task, prompt) pairs forever; users start at different offsets to send different text."""
+def _prompts(task_class: str, offset: int) -> Iterator[tuple[str, Messages]]:
+    """(task, messages) pairs forever; users start at different offsets to send different text."""
     classes = list(PROMPTS) if task_class == "mixed" else [task_class]
     # Interleaved, so a mixed run alternates code, prose and echo.
     rounds = itertools.zip_longest(*(PROMPTS[c] for c in classes))
@@ -210,13 +210,13 @@ class _ChatUser(User):
                 assert self.environment.runner is not None
                 self.environment.runner.quit()
             raise StopUser()
-        task_class, prompt = next(self.prompts)
+        task_class, messages = next(self.prompts)
         sample = Sample(start=time.time(), task=task_class, model=opts.model, stream=opts.stream)
         t0 = time.perf_counter()
         size = 0
         _RUN.in_flight += 1
         try:
-            size = self._send(prompt, sample, t0)
+            size = self._send(messages, sample, t0)
         finally:
             # Also runs when locust stops this user mid-request at the end of the run: the
             # sample stays "cut", keeping the tokens that did arrive.
@@ -225,12 +225,12 @@ class _ChatUser(User):
             _RUN.samples.append(sample)
         self._fire(sample, (time.perf_counter() - t0) * 1000, size)
 
-    def _send(self, prompt: str, sample: Sample, t0: float) -> int:
+    def _send(self, messages: Messages, sample: Sample, t0: float) -> int:
         """Make the request and fill the sample; returns the response size in bytes."""
         opts = self.options
         body: dict[str, Any] = {
             "model": opts.model,
-            "messages": [{"role": "user", "content": prompt}],
+            "messages": list(messages),
             "max_tokens": opts.max_tokens,
             "temperature": opts.temperature,
             "stream": opts.stream,

@@ -230,9 +230,8 @@ def warm_prompt_caches(opts: SweepOptions, task: str, backends: list[str]) -> No
     for backend in backends:
         if backend == AUTO or backend.startswith(f"{AUTO}-"):
             continue
-        for prompt in PROMPTS[task]:
-            message = {"role": "user", "content": prompt}
-            body = {"model": backend, "max_tokens": 1, "messages": [message]}
+        for messages in PROMPTS[task]:
+            body = {"model": backend, "max_tokens": 1, "messages": list(messages)}
             request = urllib.request.Request(
                 f"{opts.url}/v1/chat/completions", json.dumps(body).encode(), headers
             )

@@ -220,7 +220,10 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
 
     calibration_requests: int = Field(
-        default=1, ge=0, description="reference requests per backend and task at start-up"
+        default=1, ge=0, description="rounds of calibration requests at start-up (0: none)"
+    )
+    calibration_prompts: int = Field(
+        default=3, ge=1, description="distinct workload requests per backend and task class"
     )
     calibration_max_tokens: int = Field(default=96, ge=8)
     explore_share: float = Field(

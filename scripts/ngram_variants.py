@@ -3,8 +3,9 @@
 Starts one llama-server per variant (the default config's plain backend with its speculation
 settings changed: Qwen2.5-Coder-1.5B, 2 threads, 4 slots) all at once and sends every prompt to
 each of them in rotating order, so drift in the machine's speed hits every variant alike.
-Prompts: the calibration prompt per class plus the routing benchmark's echo prompts and a few of
-its others. Prints generation tokens/s and drafts accepted per variant and class; not a test.
+Prompts: the lab's reference prompt per class plus the realistic workload's edits
+(``proxy.workload``) and a few of its new-code and technical-question requests. Prints generation
+tokens/s and drafts accepted per variant and class; not a test.
 
     .venv/bin/python scripts/ngram_variants.py [--tokens 128] [--code 2] [--prose 1]
 """
@@ -31,7 +32,7 @@ from proxy.llamacpp import Timings
 from proxy.prompts import REFERENCE_PROMPTS
 from proxy.provision.llama_server import ensure_llama_server
 from proxy.provision.models import resolve_model
-from scripts.routing_benchmark import WORKLOAD
+from proxy.workload import of_task
 
 # Each variant is the default config's plain backend with these settings changed.
 NGRAM_MOD = {"kind": "ngram", "ngram_variant": "ngram-mod"}
@@ -77,8 +78,8 @@ def servers(settings: Settings) -> Iterator[dict[str, int]]:
             proc.wait(30)
 
 
-def complete(port: int, prompt: str, tokens: int) -> Timings:
-    body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": tokens}
+def complete(port: int, messages: list[dict[str, str]], tokens: int) -> Timings:
+    body = {"messages": messages, "max_tokens": tokens}
     req = urllib.request.Request(
         f"http://127.0.0.1:{port}/v1/chat/completions",
         json.dumps(body | {"temperature": 0}).encode(),
@@ -95,10 +96,13 @@ def main() -> None:
     parser.add_argument("--prose", type=int, default=1, help="prose prompts besides calibration's")
     args = parser.parse_args()
     settings = load_settings()
-    prompts = [(task, REFERENCE_PROMPTS[task]) for task in ("echo", "code", "prose")]
-    prompts += [("echo", p) for p in WORKLOAD["echo"]]
-    prompts += [("code", p) for p in WORKLOAD["code"][: args.code]]
-    prompts += [("prose", p) for p in WORKLOAD["prose"][: args.prose]]
+    prompts = [
+        (task, [{"role": "user", "content": REFERENCE_PROMPTS[task]}])
+        for task in ("echo", "code", "prose")
+    ]
+    prompts += [("echo", r.messages) for r in of_task("echo")]
+    prompts += [("code", r.messages) for r in of_task("code")[: args.code]]
+    prompts += [("prose", r.messages) for r in of_task("prose")[: args.prose]]
     names = list(VARIANTS)
     # (variant, task) -> [tokens, seconds, drafted, accepted]
     totals: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])

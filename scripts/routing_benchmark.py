@@ -10,6 +10,10 @@ per task class; auto is reported as measured and with each of its choices priced
 backend measured pinned for the same prompt, with bootstrap intervals over the prompts. Prints a
 Markdown table; not a test (timings on a shared machine are noisy).
 
+The workload is the chat part of ``proxy.workload``: whole-file and search/replace edits of
+standard-library modules (echo), new code under a coding assistant's system prompt (code) and
+technical questions (prose).
+
     .venv/bin/python scripts/routing_benchmark.py [--config FILE] [--tokens 64]
 """
 
@@ -31,49 +35,11 @@ from pathlib import Path
 import openai
 
 ROOT = Path(__file__).resolve().parent.parent
-_LOOP = """def normalise(records):
-    out = []
-    for record in records:
-        name = record.get("name", "").strip().lower()
-        email = record.get("email", "").strip().lower()
-        if not name or not email:
-            continue
-        out.append({"name": name, "email": email, "active": bool(record.get("active"))})
-    return out
-"""
-_PARAGRAPH = (
-    "The meeting has been moved to Thursday at three o'clock in the large conference room. "
-    "Please bring the quarterly figures, the draft budget for next year and any questions "
-    "you have about the new travel policy. Lunch will be served after the meeting. "
-)
-WORKLOAD: dict[str, list[str]] = {
-    "code": [
-        "Write a Python function that merges overlapping intervals, with a docstring and tests.",
-        "Implement a thread-safe token bucket rate limiter in Python.",
-        "Write a TypeScript function that debounces another function, with types.",
-        "Scrivi in Python una funzione che legge un CSV e calcola la media di ogni colonna.",
-        "Write a Go HTTP handler that returns the current time as JSON, with a unit test.",
-        "Write a SQL query that finds the three best-selling products per month, and explain it.",
-    ],
-    "prose": [
-        "Write a short story about a lighthouse keeper who finds a message in a bottle.",
-        "Explain to a ten-year-old why the sky is blue, in two paragraphs.",
-        "Write a warm thank-you letter to a teacher who is retiring.",
-        "Scrivi un breve racconto su un gatto che vive in una biblioteca.",
-        "Describe a walk through a market in Marrakech at dusk.",
-        "Give me advice on how to prepare for a job interview at a small company.",
-    ],
-    "echo": [
-        f"Add type hints to this Python code. Return the full code only.\n\n```python\n{_LOOP}```",
-        f"Rename the function to clean_records and return the whole code.\n\n```python\n{_LOOP}```",
-        f"Fix the punctuation and repeat this text unchanged otherwise:\n\n{_PARAGRAPH * 2}",
-        "Repeat this sentence exactly five times, one per line: "
-        "'The quick brown fox jumps over the lazy dog near the river bank.'",
-        f"Add a docstring to this function and return the whole code.\n\n```python\n{_LOOP}```",
-        "Copy this list and number each line: apples, pears, plums, cherries, figs, grapes, "
-        "lemons, limes, oranges, peaches, apricots, melons.",
-    ],
-}
+sys.path.insert(0, str(ROOT))
+
+from proxy.workload import workload  # noqa: E402
+
+Messages = list[dict[str, str]]
 
 
 def start_proxy(config: Path | None, port: int, workdir: Path) -> subprocess.Popen[str]:
@@ -108,10 +74,12 @@ class Sample:
     seconds: float
 
 
-def run_one(client: openai.OpenAI, model: str, task: str, prompt: str, tokens: int) -> Sample:
+def run_one(
+    client: openai.OpenAI, model: str, task: str, messages: Messages, tokens: int
+) -> Sample:
     raw = client.chat.completions.with_raw_response.create(
         model=model,
-        messages=[{"role": "user", "content": prompt}],
+        messages=messages,  # type: ignore[arg-type]
         max_tokens=tokens,
         temperature=0,
     )
@@ -145,7 +113,7 @@ def bootstrap(auto: list[Sample], pinned: list[Sample], rounds: int = 2000) -> t
 
 
 def run_workload(
-    config: Path | None, port: int, jobs: list[tuple[str, str]], tokens: int
+    config: Path | None, port: int, jobs: list[tuple[str, Messages]], tokens: int
 ) -> dict[str, list[Sample]]:
     """Each prompt through `auto` on one proxy and pinned to every backend on another.
 
@@ -167,11 +135,11 @@ def run_workload(
         backends = [m.id for m in pinned_client.models.list() if "auto" not in m.id]
         modes = ["auto", *backends]
         results: dict[str, list[Sample]] = {mode: [] for mode in modes}
-        for i, (task, prompt) in enumerate(jobs):
+        for i, (task, messages) in enumerate(jobs):
             print(f"prompt {i + 1}/{len(jobs)}", file=sys.stderr)
             for mode in modes[i % len(modes) :] + modes[: i % len(modes)]:
                 client = auto_client if mode == "auto" else pinned_client
-                results[mode].append(run_one(client, mode, task, prompt, tokens))
+                results[mode].append(run_one(client, mode, task, messages, tokens))
         return results
     finally:
         for proc in procs:
@@ -186,11 +154,13 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--port", type=int, default=8091)
     args = parser.parse_args()
-    jobs = [(t, p) for t, ps in WORKLOAD.items() for p in ps]
+    # The realistic workload's chat requests (FIM goes to /infill, not through chat).
+    chat = [r for r in workload() if r.path == "/v1/chat/completions"]
+    jobs = [(r.task, r.messages) for r in chat]
     random.Random(1).shuffle(jobs)
     results = run_workload(args.config, args.port, jobs, args.tokens)
     backends = [m for m in results if m != "auto"]
-    tasks = list(WORKLOAD)
+    tasks = list(dict.fromkeys(r.task for r in chat))
 
     def of(mode: str, task: str) -> list[Sample]:
         return [s for s in results[mode] if s.task == task]

@@ -94,8 +94,8 @@ def test_locustfile_without_streaming_configured_by_environment(
 @pytest.mark.parametrize("task", list(PROMPTS))
 def test_prompts_are_classified_as_their_task(task: str) -> None:
     classifier = TaskClassifier()
-    for prompt in PROMPTS[task]:
-        assert classifier.classify({"messages": [{"role": "user", "content": prompt}]}) == task
+    for messages in PROMPTS[task]:
+        assert classifier.classify({"messages": list(messages)}) == task
 
 
 def _summary(aggregate: float) -> RunSummary:

@@ -92,6 +92,7 @@ async def _keep_measured(
             app[SESSION],
             settings.calibration_requests,
             settings.calibration_max_tokens,
+            settings.calibration_prompts,
         )
         log.info("calibration done", requests=made)
     while True:

@@ -1,4 +1,4 @@
-"""Calibration: seed the scoreboard with the reference prompts on every backend at start-up."""
+"""Calibration: seed the scoreboard at start-up with workload requests on every backend."""
 
 from __future__ import annotations
 
@@ -9,38 +9,73 @@ import aiohttp
 from proxy.backends.supervisor import BackendSaturatedError, BackendSupervisor
 from proxy.llamacpp import Timings
 from proxy.log import get_logger
-from proxy.prompts import chat_body, infill_body
+from proxy.prompts import REFERENCE_PROMPTS, infill_body
 from proxy.routing.router import fim_outcome
 from proxy.routing.scoreboard import Outcome, Scoreboard
 from proxy.tasks import FIM_TASK, ROUTED_TASKS
+from proxy.workload import WorkloadRequest, of_task
 
 log = get_logger("calibration")
+
+# Characters per token, rounded down, so that a prompt's token count is over- not underestimated.
+_CHARS_PER_TOKEN = 3
+
+
+def calibration_requests(task: str, count: int, max_prompt_tokens: int) -> list[WorkloadRequest]:
+    """The first ``count`` workload requests of a class that fit in ``max_prompt_tokens``.
+
+    A backend with a small context (a test model) gets the lab's reference prompt for the class
+    instead of requests it could not read.
+    """
+    fitting = [
+        r for r in of_task(task) if r.prompt_chars() // _CHARS_PER_TOKEN <= max_prompt_tokens
+    ]
+    if fitting:
+        return fitting[:count]
+    if task in REFERENCE_PROMPTS:
+        messages = [{"role": "user", "content": REFERENCE_PROMPTS[task]}]
+        return [WorkloadRequest(task, "reference", "/v1/chat/completions", {"messages": messages})]
+    if task == FIM_TASK:
+        body = {k: v for k, v in infill_body(0).items() if k in ("input_prefix", "input_suffix")}
+        return [WorkloadRequest(task, "reference", "/infill", body)]
+    return []
 
 
 async def calibrate(
     backends: Sequence[BackendSupervisor],
     scoreboard: Scoreboard,
     session: aiohttp.ClientSession,
-    requests: int,
+    rounds: int,
     max_tokens: int,
+    prompts: int = 3,
 ) -> int:
-    """Measure each (backend, task) short of `requests` single-stream samples; count the answers."""
-    todo = [
-        (b, task)
-        for task in ROUTED_TASKS
-        for b in backends
-        if (est := scoreboard.get(b.name, task, 1)) is None or est.samples < requests
-    ]
-    made = 0
-    for i, (backend, task) in enumerate(todo, 1):
-        for _ in range(requests):
+    """Measure each (backend, task) on ``prompts`` workload requests, ``rounds`` times each.
+
+    Several prompts per class, so that one prompt that happens to suit a backend does not
+    decide the class. Cells already holding that many samples (a saved scoreboard) are
+    skipped. Returns the number of requests sent.
+    """
+    todo = []
+    for task in ROUTED_TASKS:
+        for backend in backends:
+            config = backend.spec.config
+            room = config.ctx_size // config.parallel - max_tokens
+            requests = calibration_requests(task, prompts, room) * rounds
+            est = scoreboard.get(backend.name, task, 1)
+            if requests and (est is None or est.samples < len(requests)):
+                todo.append((backend, task, requests))
+    sent = 0
+    for i, (backend, task, requests) in enumerate(todo, 1):
+        for request in requests:
             if not backend.ready:
                 break
-            path, request = _reference_request(task, max_tokens)
+            sent += 1
             try:
                 async with (
                     backend.slot(),
-                    session.post(f"{backend.base_url}{path}", json=request) as resp,
+                    session.post(
+                        f"{backend.base_url}{request.path}", json=request.with_sampling(max_tokens)
+                    ) as resp,
                 ):
                     body = await resp.json() if resp.status == 200 else {}
             except (aiohttp.ClientError, TimeoutError, ValueError, BackendSaturatedError) as exc:
@@ -55,26 +90,22 @@ async def calibrate(
                     status=resp.status,
                 )
                 break
-            timings = Timings.parse(body.get("timings"))
+            timings = Timings.parse(body.get("timings") if isinstance(body, dict) else None)
+            if not timings.measured:
+                log.warning("calibration request gave no timings", backend=backend.name, task=task)
+                continue
             outcome = Outcome.from_timings(backend.name, task, 1, timings)
             if task == FIM_TASK:
                 outcome = fim_outcome(outcome, timings)
             scoreboard.record(outcome)
-            made += 1
             log.info(
                 "calibrating",
                 step=f"{i}/{len(todo)}",
                 backend=backend.name,
                 task=task,
+                kind=request.kind,
                 tokens_per_s=round(outcome.tokens_per_s or 0.0, 1),
                 draft_n=timings.draft_n,
                 draft_n_accepted=timings.draft_n_accepted,
             )
-    return made
-
-
-def _reference_request(task: str, max_tokens: int) -> tuple[str, dict[str, object]]:
-    """The path and body that measure a task class: /infill for FIM, chat for the others."""
-    if task == FIM_TASK:
-        return "/infill", infill_body(max_tokens)
-    return "/v1/chat/completions", chat_body(task, max_tokens)
+    return sent

@@ -1,0 +1,226 @@
+"""A realistic coding-assistant workload: edits of real files, FIM, new code, technical Q&A.
+
+Used by start-up calibration, ``scripts/routing_benchmark.py`` and the load tests (``specproxy
+bench`` keeps the lab's reference prompts, ``proxy/prompts.py``). The files are modules of the
+running Python's standard library (PSF licence), read at run time, not invented snippets:
+
+- **echo** — whole-file edits (a system prompt asking for the COMPLETE updated file, a 110-200
+  line module pasted in full, a small change asked: rename a function everywhere, add type
+  hints, add a helper) and search/replace edits (the SEARCH/REPLACE block format of editing
+  assistants) over the same kind of files;
+- **code** — new code asked under a coding assistant's system prompt;
+- **prose** — technical questions answered in prose, under the same system prompt;
+- **fim** — ``/infill`` bodies (``input_prefix``/``input_suffix``): a stdlib module cut in the
+  middle of a function, three lines of it left out.
+
+Requests come in a fixed order, shortest files first within a class, so the first few of a
+class (what calibration uses) are the cheapest to process.
+"""
+
+from __future__ import annotations
+
+import ast
+import sysconfig
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any, Final
+
+CODING_SYSTEM: Final = (
+    "You are an expert software developer working in the user's editor. Give concise, correct "
+    "answers. When you write code, put it in a fenced block with the language and the file "
+    "path. Prefer the standard library and the conventions of the user's code."
+)
+WHOLE_FILE_SYSTEM: Final = (
+    "You are a coding assistant that edits the user's files. Take requests for changes to the "
+    "supplied file. When you change a file, reply with the path of the file and then the "
+    "COMPLETE updated file in one fenced code block. Never omit, skip or elide any part of the "
+    "file, and do not add explanations after the block."
+)
+SEARCH_REPLACE_SYSTEM: Final = (
+    "You are a coding assistant that edits the user's files with SEARCH/REPLACE blocks. For "
+    "each change, write the file path on its own line, then a fenced block containing a line "
+    "<<<<<<< SEARCH, the exact existing lines to change, a line =======, the lines to put in "
+    "their place, and a line >>>>>>> REPLACE. Keep each SEARCH part short but unique in the "
+    "file. Reply with the edit blocks only."
+)
+
+
+@dataclass(frozen=True)
+class WorkloadRequest:
+    """One request of the workload: its task class, kind, endpoint and body (no sampling)."""
+
+    task: str
+    kind: str
+    path: str
+    body: dict[str, Any] = field(hash=False)
+
+    def with_sampling(
+        self, max_tokens: int, temperature: float = 0.0, seed: int = 42
+    ) -> dict[str, Any]:
+        """The body with a token budget and deterministic sampling, for its endpoint."""
+        budget = {"n_predict": max_tokens} if self.path == "/infill" else {"max_tokens": max_tokens}
+        return {**self.body, **budget, "temperature": temperature, "seed": seed}
+
+    @property
+    def messages(self) -> list[dict[str, str]]:
+        """The chat messages (empty for ``/infill`` bodies)."""
+        return list(self.body.get("messages", []))
+
+    def prompt_chars(self) -> int:
+        """Characters the model must read: messages, or the infill prefix and suffix."""
+        if self.path == "/infill":
+            return len(self.body["input_prefix"]) + len(self.body["input_suffix"])
+        return sum(len(m["content"]) for m in self.messages)
+
+
+# (module, edit instruction, names the file must define for the instruction to make sense)
+_WHOLE_FILE_EDITS: Final = (
+    (
+        "bisect.py",
+        "Add type hints to insort_right and bisect_right (a: list, x, lo: int, hi: int | None, "
+        "key). Change nothing else.",
+        ("insort_right", "bisect_right"),
+    ),
+    (
+        "colorsys.py",
+        "Rename the function rgb_to_hls to rgb_to_hsl everywhere in this module, including "
+        "__all__ and any callers.",
+        ("rgb_to_hls",),
+    ),
+    (
+        "genericpath.py",
+        "Add a private helper _stat(filename) that returns os.stat(filename), and use it in "
+        "getsize, getmtime, getatime and getctime instead of calling os.stat directly.",
+        ("getsize", "getmtime", "getatime", "getctime"),
+    ),
+    (
+        "linecache.py",
+        "Rename the parameter module_globals to globals_dict in every function that takes it.",
+        ("getline", "getlines", "updatecache"),
+    ),
+)
+_SEARCH_REPLACE_EDITS: Final = (
+    (
+        "fnmatch.py",
+        "Add a one-line docstring to _compile_pattern.",
+        ("_compile_pattern",),
+    ),
+    (
+        "sched.py",
+        "Make scheduler.empty() return len(self._queue) == 0 instead of not self._queue.",
+        ("empty",),
+    ),
+    (
+        "reprlib.py",
+        "Raise the default maxstring and maxother limits of Repr from 30 to 60.",
+        ("repr1",),
+    ),
+    (
+        "codeop.py",
+        "In compile_command, rename the parameter symbol to mode and update its docstring.",
+        ("compile_command",),
+    ),
+)
+_NEW_CODE: Final = (
+    "Write a thread-safe LRU cache class in Python with get and put in O(1) and a maximum size; "
+    "use type hints.",
+    "Write an INI file parser in Python (sections, key = value pairs, comments starting with ; "
+    "or #) that returns a dict of dicts, with pytest tests.",
+    "Implement a token bucket rate limiter class in Python with an async acquire() method, and "
+    "a short usage example.",
+    "Write a command-line tool in Python that converts a CSV file to JSON lines, with argparse "
+    "options for the delimiter and the output file.",
+    "Write a Python function that walks a directory tree and returns the N largest files, using "
+    "pathlib and heapq.",
+)
+_QUESTIONS: Final = (
+    "What is the difference between a process and a thread in Python, and when should I use "
+    "multiprocessing instead of threading?",
+    "Explain how Python's garbage collector deals with reference cycles.",
+    "Why are mutable default arguments a problem in Python? A short explanation is enough.",
+    "What are the trade-offs between asyncio and threads for an I/O-bound web scraper?",
+)
+# (module, function whose body loses three lines)
+_FIM_CUTS: Final = (
+    ("bisect.py", "bisect_right"),
+    ("colorsys.py", "rgb_to_hls"),
+    ("linecache.py", "checkcache"),
+    ("sched.py", "run"),
+)
+_FIM_LINES: Final = 3
+
+
+def stdlib_file(name: str) -> str | None:
+    """The text of a standard-library module of the running Python, or None if it is missing."""
+    path = Path(sysconfig.get_paths()["stdlib"]) / name
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+
+
+def _defines(source: str, names: tuple[str, ...]) -> bool:
+    defined = {n.name for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef)}
+    return set(names) <= defined
+
+
+def _edit(system: str, kind: str, module: str, source: str, instruction: str) -> WorkloadRequest:
+    user = f"Lib/{module}\n```python\n{source}```\n\n{instruction}"
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    return WorkloadRequest("echo", kind, "/v1/chat/completions", {"messages": messages})
+
+
+def _chat(task: str, kind: str, question: str) -> WorkloadRequest:
+    messages = [{"role": "system", "content": CODING_SYSTEM}, {"role": "user", "content": question}]
+    return WorkloadRequest(task, kind, "/v1/chat/completions", {"messages": messages})
+
+
+def _fim(source: str, function: str) -> WorkloadRequest | None:
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef) and node.name == function:
+            first = node.body[0].lineno - 1
+            if ast.get_docstring(node) is not None and len(node.body) > 1:
+                first = node.body[1].lineno - 1
+            lines = source.splitlines(keepends=True)
+            cut = first + 1
+            body = {
+                "input_prefix": "".join(lines[:cut]),
+                "input_suffix": "".join(lines[cut + _FIM_LINES :]),
+            }
+            return WorkloadRequest("fim", "fill in the middle", "/infill", body)
+    return None
+
+
+@cache
+def workload() -> tuple[WorkloadRequest, ...]:
+    """Every request of the workload, by class: echo, code, prose, fim."""
+    requests: list[WorkloadRequest] = []
+    for edits, system, kind in (
+        (_WHOLE_FILE_EDITS, WHOLE_FILE_SYSTEM, "whole-file edit"),
+        (_SEARCH_REPLACE_EDITS, SEARCH_REPLACE_SYSTEM, "search/replace edit"),
+    ):
+        for module, instruction, names in edits:
+            source = stdlib_file(module)
+            if source is not None and _defines(source, names):
+                requests.append(_edit(system, kind, module, source, instruction))
+    requests += [_chat("code", "new code", q) for q in _NEW_CODE]
+    requests += [_chat("prose", "technical question", q) for q in _QUESTIONS]
+    for module, function in _FIM_CUTS:
+        source = stdlib_file(module)
+        fim = _fim(source, function) if source is not None else None
+        if fim is not None:
+            requests.append(fim)
+    # Shortest first within a class: the first few of a class are the cheapest to calibrate.
+    order = {"echo": 0, "code": 1, "prose": 2, "fim": 3}
+    return tuple(sorted(requests, key=lambda r: (order[r.task], r.prompt_chars())))
+
+
+def of_task(task: str) -> list[WorkloadRequest]:
+    """The workload's requests of one task class, shortest first."""
+    return [r for r in workload() if r.task == task]
+
+
+def chat_tasks() -> list[str]:
+    """Task classes that the workload asks through chat completions."""
+    return sorted({r.task for r in workload() if r.path == "/v1/chat/completions"})
