@@ -143,3 +143,18 @@ def async_client(proxy: RunningProxy) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(
         base_url=f"{proxy.url}/v1", api_key="unused", max_retries=0, timeout=120
     )
+
+
+@pytest.fixture(scope="session")
+def specproxy_image(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The repository's Dockerfile built with podman on the test base (see tests/containers.py)."""
+    from tests import containers
+
+    containers.require_podman()
+    base = containers.ensure_base_image()
+    log = tmp_path_factory.mktemp("image") / "build.log"
+    seconds = containers.build(
+        containers.IMAGE, ROOT / "Dockerfile", "--build-arg", f"BASE={base}", log=log
+    )
+    print(f"\nimage {containers.IMAGE} built in {seconds:.0f} s (log: {log})")
+    return containers.IMAGE
