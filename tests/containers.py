@@ -72,24 +72,30 @@ def image_id(name: str) -> str | None:
     return result.stdout.strip() if result.returncode == 0 else None
 
 
-def build(tag: str, containerfile: Path, *build_args: str, log: Path) -> float:
-    """Build an image (niced; layer and ccache caches kept), drop the one it replaces; seconds."""
-    previous = image_id(tag)
+def build(
+    tag: str, containerfile: Path, *build_args: str, log: Path, stages: tuple[str, ...] = ()
+) -> float:
+    """Build an image (niced; layer and ccache caches kept), drop the ones it replaces; seconds.
+
+    Each named stage is tagged too (<tag>-<stage>, from cached layers): it stays as the next
+    build's layer cache, and the stage image it replaces is removed rather than left dangling.
+    """
+    targets = [(tag, []), *((f"{tag}-{s}", ["--target", s]) for s in stages)]
     start = time.monotonic()
     with log.open("w") as out:
-        result = subprocess.run(
-            [
-                "nice", "-n", "19", "podman", "build", "--layers", "--network", "host",
-                "--format", "docker", "-f", str(containerfile), "-t", tag,
-                *ca_mount(), *build_args, str(ROOT),
-            ],
-            env=podman_env(), stdout=out, stderr=subprocess.STDOUT, text=True,
-            timeout=BUILD_TIMEOUT_S,
-        )  # fmt: skip
-    elapsed = time.monotonic() - start
-    if result.returncode != 0:
-        raise AssertionError(f"podman build of {tag} failed:\n{log.read_text()[-4000:]}")
-    if previous is not None and previous != image_id(tag):
-        # The old image is now untagged: remove it (only it) so rebuilds do not pile up.
-        podman("rmi", previous, check=False)
-    return elapsed
+        for name, target in targets:
+            previous = image_id(name)
+            result = subprocess.run(
+                [
+                    "nice", "-n", "19", "podman", "build", "--layers", "--network", "host",
+                    "--format", "docker", "-f", str(containerfile), "-t", name, *target,
+                    *ca_mount(), *build_args, str(ROOT),
+                ],
+                env=podman_env(), stdout=out, stderr=subprocess.STDOUT, text=True,
+                timeout=BUILD_TIMEOUT_S,
+            )  # fmt: skip
+            if result.returncode != 0:
+                raise AssertionError(f"podman build of {name} failed:\n{log.read_text()[-4000:]}")
+            if previous is not None and previous != image_id(name):
+                podman("rmi", previous, check=False)
+    return time.monotonic() - start

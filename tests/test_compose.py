@@ -24,7 +24,6 @@ from proxy.provision.models import CATALOG, ensure_catalog_model
 from tests.conftest import ROOT, free_port, get_json
 from tests.containers import BUILD_TIMEOUT_S, build, podman_env
 
-
 DEPLOY = ROOT / "deploy"
 PROMETHEUS_IMAGE = "localhost/prometheus:debian"
 MODEL = CATALOG["smollm2-135m"]
