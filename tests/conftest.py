@@ -24,7 +24,15 @@ TEST_CONFIG = ROOT / "tests" / "configs" / "test.yaml"
 # Fixtures that need a llama-server build or the provisioned models: their tests are the
 # integration tier (`pytest -m integration`); the rest run in seconds (`make test-fast`).
 INTEGRATION_FIXTURES = frozenset(
-    {"proxy", "client", "async_client", "models_dir", "tokenizer_source", "llama_server"}
+    {
+        "proxy",
+        "client",
+        "async_client",
+        "models_dir",
+        "tokenizer_source",
+        "llama_server",
+        "specproxy_image",
+    }
 )
 
 
