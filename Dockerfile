@@ -12,6 +12,10 @@ ARG CUDA=0
 # Extra CMake flags, e.g. "-DGGML_NATIVE=OFF" for an image that runs on other CPUs than the builder.
 ARG CMAKE_FLAGS=""
 ARG PYPI_INDEX=https://pypi.org/simple
+# A finished llama-server build to take instead of compiling: the path where the builder mounted a
+# specproxy cache (podman build -v ~/.cache/specproxy:/var/cache/specproxy-host:ro). Provisioning
+# takes it only if its stamp names the same source and flags; the image test uses this on Debian 12.
+ARG LLAMA_SERVER_CACHE=""
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
        python3 ca-certificates cmake g++ ninja-build ccache \
@@ -29,7 +33,7 @@ RUN --mount=type=cache,target=/var/cache/specproxy-build,sharing=locked \
     if [ "$CUDA" = 1 ]; then \
       flags="$flags -DGGML_CUDA=ON -DGGML_NATIVE=OFF -DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined"; \
     fi; \
-    tree="/var/cache/specproxy-build/$(echo "$flags" | md5sum | cut -c1-12)"; \
+    tree="${LLAMA_SERVER_CACHE:-/var/cache/specproxy-build/$(echo "$flags" | md5sum | cut -c1-12)}"; \
     export CCACHE_DIR=/var/cache/specproxy-build/ccache SPECPROXY_CMAKE_FLAGS="$flags"; \
     binary="$(python3 -c 'import sys; from pathlib import Path; \
 from proxy.provision.llama_server import ensure_llama_server; \

@@ -166,8 +166,10 @@ def specproxy_image(tmp_path_factory: pytest.TempPathFactory) -> str:
         ROOT / "Dockerfile",
         "--build-arg",
         f"BASE={base}",
+        *containers.reuse_host_build(),
         log=log,
         stages=("build",),
     )
-    print(f"\nimage {containers.IMAGE} built in {seconds:.0f} s (log: {log})")
+    how = "host's llama-server build" if containers.reuse_host_build() else "compiled"
+    print(f"\nimage {containers.IMAGE} built in {seconds:.0f} s ({how}; log: {log})")
     return containers.IMAGE

@@ -10,12 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from proxy.config import default_cache_dir
+from proxy.provision.llama_server import build_dir, build_stamp
+
 ROOT = Path(__file__).resolve().parent.parent
 IMAGE = "localhost/specproxy:test"
 # No registry is reachable on the CI machines: the base is debootstrapped from Debian's mirror.
 DEFAULT_BASE = "localhost/debian:bookworm"
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 BUILD_TIMEOUT_S = 3600
+HOST_CACHE = "/var/cache/specproxy-host"
 
 
 def podman_env() -> dict[str, str]:
@@ -64,6 +68,26 @@ def ensure_base_image() -> str:
         timeout=900,
     )
     return DEFAULT_BASE
+
+
+def reuse_host_build() -> list[str]:
+    """Build options that hand the image the host's provisioned llama-server instead of compiling.
+
+    Only where the binary is the one the image would build: the test base (Debian 12) on a Debian 12
+    host, whose build's stamp names the same source and flags (provisioning checks it again inside
+    the build). Saves a 15-30 min compile on each fresh CI machine; SPECPROXY_IMAGE_COMPILE=1 to
+    compile anyway.
+    """
+    if os.environ.get("SPECPROXY_IMAGE_COMPILE") == "1" or os.environ.get("SPECPROXY_IMAGE_BASE"):
+        return []
+    os_release = Path("/etc/os-release")
+    if "VERSION_CODENAME=bookworm" not in (os_release.read_text() if os_release.is_file() else ""):
+        return []
+    cache = default_cache_dir()
+    stamp = build_dir(cache) / ".specproxy-complete"
+    if not (stamp.is_file() and stamp.read_text() == build_stamp()):
+        return []
+    return ["-v", f"{cache}:{HOST_CACHE}:ro", "--build-arg", f"LLAMA_SERVER_CACHE={HOST_CACHE}"]
 
 
 def image_id(name: str) -> str | None:

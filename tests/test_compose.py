@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import textwrap
 import time
 import urllib.parse
@@ -74,7 +75,9 @@ class Stack:
 
     @staticmethod
     def executable() -> str:
-        found = shutil.which("podman-compose")
+        # The venv's script first: `.venv/bin/pytest` runs without the venv on PATH.
+        beside = Path(sys.executable).parent / "podman-compose"
+        found = str(beside) if beside.is_file() else shutil.which("podman-compose")
         if found is None:
             pytest.skip("podman-compose not installed: pip install -e '.[dev]'")
         return found

