@@ -16,5 +16,5 @@ echo "[specproxy] debootstrapping bookworm from $mirror into $image (about a min
 # /etc/ssl/certs/ca-certificates.crt never has to (re)install the package under that mount.
 nice -n 19 debootstrap --variant=minbase --include=ca-certificates bookworm "$rootfs" "$mirror" >/dev/null
 rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
-tar -C "$rootfs" -c . | podman import --change 'CMD ["/bin/bash"]' - "$image" >/dev/null
+tar -C "$rootfs" -c . | podman import --quiet --change 'CMD ["/bin/bash"]' - "$image" >/dev/null
 echo "[specproxy] $image: $(podman image inspect --format '{{.Size}}' "$image") bytes" >&2
