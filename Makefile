@@ -4,6 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CONFIG ?=
+# e.g. make test PYTEST_ARGS="-m 'not image'" to skip building and running the container image.
+PYTEST_ARGS ?=
 SPECPROXY := $(BIN)/specproxy $(if $(CONFIG),--config $(CONFIG),)
 
 .PHONY: serve test test-fast provision system-deps lint bench clean
@@ -25,7 +27,7 @@ serve: provision
 
 test: $(STAMP) system-deps
 	$(BIN)/specproxy --config tests/configs/test.yaml provision
-	$(BIN)/pytest -ra
+	$(BIN)/pytest -ra $(PYTEST_ARGS)
 
 # The in-process tier: no llama-server, no models, seconds.
 test-fast: $(STAMP)

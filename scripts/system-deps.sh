@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Installs, once, the Debian packages provisioning and tests need: build tools and Prometheus.
+# Installs, once, the Debian packages provisioning and tests need: build tools, Prometheus, and
+# podman, runc and debootstrap for the container image tests.
 set -euo pipefail
 need=()
-for pair in cmake:cmake g++:g++ ninja:ninja-build ccache:ccache prometheus:prometheus; do
+for pair in cmake:cmake g++:g++ ninja:ninja-build ccache:ccache prometheus:prometheus \
+  podman:podman runc:runc debootstrap:debootstrap; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair##*:}")
 done
 [ ${#need[@]} -eq 0 ] && exit 0

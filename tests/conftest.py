@@ -24,7 +24,15 @@ TEST_CONFIG = ROOT / "tests" / "configs" / "test.yaml"
 # Fixtures that need a llama-server build or the provisioned models: their tests are the
 # integration tier (`pytest -m integration`); the rest run in seconds (`make test-fast`).
 INTEGRATION_FIXTURES = frozenset(
-    {"proxy", "client", "async_client", "models_dir", "tokenizer_source", "llama_server"}
+    {
+        "proxy",
+        "client",
+        "async_client",
+        "models_dir",
+        "tokenizer_source",
+        "llama_server",
+        "specproxy_image",
+    }
 )
 
 
@@ -143,3 +151,25 @@ def async_client(proxy: RunningProxy) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(
         base_url=f"{proxy.url}/v1", api_key="unused", max_retries=0, timeout=120
     )
+
+
+@pytest.fixture(scope="session")
+def specproxy_image(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The repository's Dockerfile built with podman on the test base (see tests/containers.py)."""
+    from tests import containers
+
+    containers.require_podman()
+    base = containers.ensure_base_image()
+    log = tmp_path_factory.mktemp("image") / "build.log"
+    seconds = containers.build(
+        containers.IMAGE,
+        ROOT / "Dockerfile",
+        "--build-arg",
+        f"BASE={base}",
+        *containers.reuse_host_build(),
+        log=log,
+        stages=("build",),
+    )
+    how = "host's llama-server build" if containers.reuse_host_build() else "compiled"
+    print(f"\nimage {containers.IMAGE} built in {seconds:.0f} s ({how}; log: {log})")
+    return containers.IMAGE

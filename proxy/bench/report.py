@@ -156,7 +156,12 @@ def write_csv(cells: list[Cell], path: Path) -> None:
 
 def write_chart(cells: list[Cell], tasks: list[str], path: Path, title: str) -> None:
     """Grouped bars: tokens/s at temperature 0 per task, one bar per configuration."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        # Serving never plots, so the base install (and the container image) leaves it out.
+        print(f"no {path.name}: matplotlib is missing; pip install 'specproxy[loadtest]' for it")
+        return
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

