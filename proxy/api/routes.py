@@ -15,6 +15,8 @@ from proxy.api.errors import ApiError
 from proxy.api.relay import CLIENT_GONE, Measurement, RelayTimeouts, relay
 from proxy.api.state import METRICS, POOL, ROUTER, SESSION, SETTINGS
 from proxy.api.validation import Endpoint, validate_body
+from proxy.backends.external import ExternalBackend
+from proxy.backends.pool import Backend
 from proxy.backends.supervisor import BackendSaturatedError
 from proxy.llamacpp import Timings
 from proxy.log import get_logger
@@ -73,7 +75,7 @@ def _finish(
     task: str,
     choice: RouteChoice,
     measured: Measurement,
-    device: str,
+    seen: RequestRecord,
 ) -> None:
     """Record what an answer measured (a stream its client left included) and log one line."""
     outcome = Outcome.from_timings(
@@ -98,7 +100,7 @@ def _finish(
         if outcome.draft_n
         else None,
         ttft_s=round(measured.ttft_s, 3) if measured.ttft_s is not None else None,
-        device=device,
+        device=seen.device,
         device_wait_s=round(measured.device_wait_s, 3),
         duration_s=round(measured.duration_s, 3),
         error=measured.error,
@@ -154,15 +156,14 @@ async def _serve(
         backend, choice = _choose(app, model, task)
         supervisor = pool.get(backend.name)
         assert supervisor is not None
-        device = supervisor.device.name
         seen.backend, seen.task, seen.route = backend.name, task, choice.reason
-        seen.device = device
+        seen.device = supervisor.device.name
         headers = {
             "X-Specproxy-Backend": backend.name,
             "X-Specproxy-Task": task,
             "X-Specproxy-Route": choice.reason,
+            "X-Specproxy-Load-Level": str(choice.level),
             "X-Request-Id": request_id,
-            "X-Specproxy-Device": device,
         }
         measured = Measurement()
         finish = functools.partial(
@@ -175,17 +176,21 @@ async def _serve(
             task,
             choice,
             measured,
-            device,
+            seen,
         )
+        target = ""  # the server the request went to: a replica of an external backend
         try:
             async with supervisor.slot() as use:
+                target = use.base_url
+                seen.device = use.device
+                headers["X-Specproxy-Device"] = use.device
                 headers["X-Specproxy-Device-Wait"] = f"{use.device_wait_s:.3f}"
                 try:
                     response = await relay(
                         request,
                         app[SESSION],
                         backend.name,
-                        supervisor.base_url + _PATHS[endpoint],
+                        target + _PATHS[endpoint],
                         {**upstream_body, "model": backend.name},
                         headers,
                         timeouts,
@@ -198,7 +203,7 @@ async def _serve(
                     measured.device_wait_s = use.device_wait_s
                 use.abandoned = measured.error is not None or measured.status != 200
             if measured.status == 502:  # failed mid-stream
-                supervisor.mark_down()
+                supervisor.mark_down(target)
             break
         except BackendSaturatedError as exc:
             raise ApiError(
@@ -213,8 +218,10 @@ async def _serve(
             raise
         except ApiError as exc:
             if exc.status == 502:
-                supervisor.mark_down()
-            if exc.code != "backend_unreachable" or choice.reason == "pinned" or attempt == 2:
+                supervisor.mark_down(target)
+            # A pinned request may try again only on another replica of its backend.
+            pinned_down = choice.reason == "pinned" and not supervisor.ready
+            if exc.code != "backend_unreachable" or pinned_down or attempt == 2:
                 raise
     seen.measured, seen.status = measured, measured.status
     finish()
@@ -240,24 +247,44 @@ async def list_models(request: web.Request) -> web.Response:
     return web.json_response({"object": "list", "data": data})
 
 
+def _backend_health(b: Backend) -> dict[str, Any]:
+    """One backend's part of /health; an external one lists its replicas."""
+    shown: dict[str, Any] = {
+        "state": b.state,
+        "kind": b.spec.config.kind,
+        "spec_type": b.spec_type,
+        "url": b.base_url,
+        "pid": b.pid,
+        "restarts": b.restarts,
+        "in_flight": b.in_flight,
+        "load": b.load,
+        "queued": b.queued,
+        "limit": b.limit,
+        "device": b.device.name,
+    }
+    if isinstance(b, ExternalBackend):
+        shown["replicas"] = [
+            {
+                "url": r.url,
+                "state": r.state,
+                "in_flight": r.in_flight,
+                "reported": r.reported,
+                "load": r.load,
+                "load_source": r.load_source,
+                "failed_health_checks": r.failed_health_checks,
+                "device": r.device.name,
+            }
+            for r in b.replicas
+        ]
+        if b.resolve_errors:
+            shown["resolve_errors"] = b.resolve_errors
+    return shown
+
+
 async def health(request: web.Request) -> web.Response:
     """GET /health: the proxy's state and each backend's; 200 if any backend is ready."""
     pool = request.app[POOL]
-    backends = {
-        b.name: {
-            "state": b.state,
-            "kind": b.spec.config.kind,
-            "spec_type": b.spec_type,
-            "url": b.base_url,
-            "pid": b.pid,
-            "restarts": b.restarts,
-            "in_flight": b.in_flight,
-            "queued": b.queued,
-            "limit": b.limit,
-            "device": b.device.name,
-        }
-        for b in pool
-    }
+    backends = {b.name: _backend_health(b) for b in pool}
     devices = {}
     for name, device in pool.devices.items():
         state = device.state()
@@ -271,7 +298,11 @@ async def health(request: web.Request) -> web.Response:
             "wait_s": round(state.wait_s, 3),
         }
     ready = sum(1 for b in pool if b.ready)
-    status = "ok" if ready == len(pool) else "degraded" if ready else "unavailable"
+    replica_down = any(
+        r.state == "unhealthy" for b in pool if isinstance(b, ExternalBackend) for r in b.replicas
+    )
+    everything = ready == len(pool) and not replica_down
+    status = "ok" if everything else "degraded" if ready else "unavailable"
     return web.json_response(
         {"status": status, "backends": backends, "devices": devices},
         status=200 if ready else 503,

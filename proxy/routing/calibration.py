@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 import aiohttp
 
-from proxy.backends.supervisor import BackendSaturatedError, BackendSupervisor
+from proxy.backends.pool import Backend
+from proxy.backends.supervisor import BackendSaturatedError
 from proxy.llamacpp import Timings
 from proxy.log import get_logger
 from proxy.prompts import chat_body
@@ -17,7 +18,7 @@ log = get_logger("calibration")
 
 
 async def calibrate(
-    backends: Sequence[BackendSupervisor],
+    backends: Sequence[Backend],
     scoreboard: Scoreboard,
     session: aiohttp.ClientSession,
     requests: int,
@@ -36,9 +37,9 @@ async def calibrate(
                 break
             try:
                 async with (
-                    backend.slot(),
+                    backend.slot() as use,
                     session.post(
-                        f"{backend.base_url}/v1/chat/completions", json=chat_body(task, max_tokens)
+                        f"{use.base_url}/v1/chat/completions", json=chat_body(task, max_tokens)
                     ) as resp,
                 ):
                     body = await resp.json() if resp.status == 200 else {}
