@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from proxy.api.state import POOL, ROUTER
+from proxy.backends.discovery import SystemResolver, discover, names_a_host, with_address
 from proxy.config import BackendConfig
 from proxy.routing.scoreboard import Outcome
 from tests.inprocess import FastProxy, proxy_in_front
@@ -94,6 +95,24 @@ def test_urls_are_checked_like_url() -> None:
         BackendConfig(name="a", urls=["http://h:1"], model="m.gguf")
     cfg = BackendConfig(name="a", urls=["http://h:1/", "http://g:2"])
     assert cfg.replica_urls == ["http://h:1", "http://g:2"] and not cfg.supervised
+
+
+async def test_names_stand_for_their_addresses_and_addresses_for_themselves() -> None:
+    assert names_a_host("http://llama.ns.svc:8080") and not names_a_host("http://10.0.0.1:8080")
+    assert not names_a_host("http://[::1]:8080") and not names_a_host("https://llama.example:443")
+    assert with_address("http://llama:8080/v", "10.0.0.7") == "http://10.0.0.7:8080/v"
+    assert with_address("http://llama", "fd00::7") == "http://[fd00::7]:80"
+    # The system resolver reads /etc/hosts here: localhost is one server, not 127.0.0.1 and ::1.
+    assert await SystemResolver().addresses("localhost", 8080) == ["127.0.0.1"]
+    resolver = StaticResolver({"llama": ["10.0.0.2", "10.0.0.1"]})
+    found = await discover(["http://llama:8080", "http://10.0.0.9:8080"], resolver)
+    assert found == {
+        "http://llama:8080": ["http://10.0.0.2:8080", "http://10.0.0.1:8080"],
+        "http://10.0.0.9:8080": ["http://10.0.0.9:8080"],
+    }
+    resolver.failing = True
+    found = await discover(["http://llama:8080"], resolver)
+    assert found["http://llama:8080"] == "cannot resolve llama: double: llama does not resolve"
 
 
 async def test_requests_go_to_the_replica_with_the_fewest(tmp_path: Path) -> None:

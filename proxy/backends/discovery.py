@@ -68,7 +68,7 @@ async def discover(urls: Sequence[str], resolver: Resolver) -> dict[str, list[st
         host = parts.hostname or ""
         try:
             addresses = await resolver.addresses(host, parts.port or 80)
-        except OSError as exc:
+        except (OSError, UnicodeError) as exc:  # UnicodeError: a name IDNA cannot encode
             found[url] = f"cannot resolve {host}: {exc}"
             continue
         found[url] = [with_address(url, a) for a in addresses]

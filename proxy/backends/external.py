@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -33,15 +32,16 @@ LoadSource = Literal["metrics", "slots", "none"]
 _UNHEALTHY_AFTER = 3
 _STARTING_POLL_S = 0.25
 _PROBE_TIMEOUT_S = 2.0
-# A report older than this many load intervals no longer tells what other proxies send.
-_REPORT_LIFETIME = 4
+# llama-server answers /metrics and /slots between two batch steps, which on a CPU can take
+# seconds (a long prompt): the poll waits that long rather than drop a busy server's report.
+_LOAD_TIMEOUT_S = 10.0
 log = get_logger("backend")
 
 
 class Replica:
     """One server of an external backend: its address, health and the requests on it."""
 
-    def __init__(self, url: str, origin: str, device: Device, report_lifetime_s: float) -> None:
+    def __init__(self, url: str, origin: str, device: Device) -> None:
         self.url = url
         self.origin = origin  # the configured URL it was found from
         self.device = device
@@ -51,9 +51,7 @@ class Replica:
         self.load_source: LoadSource | None = None
         self.failed_health_checks = 0
         self.last_used = 0.0
-        self._others = 0
-        self._reported_at = -math.inf
-        self._report_lifetime_s = report_lifetime_s
+        self.others = 0  # requests other proxies have on it, from its latest report
 
     @property
     def ready(self) -> bool:
@@ -61,21 +59,15 @@ class Replica:
         return self.state == "ready"
 
     @property
-    def others(self) -> int:
-        """Requests other proxies have on it, from its latest report while that is fresh."""
-        fresh = time.monotonic() - self._reported_at <= self._report_lifetime_s
-        return self._others if fresh else 0
-
-    @property
     def load(self) -> int:
         """Requests on it now: this proxy's own count, plus the others' from its last report."""
         return self.in_flight + self.others
 
-    def report(self, held: int, own: int) -> None:
-        """Fold in a report of `held` requests, `own` of which may be this proxy's."""
+    def report(self, held: int | None, own: int = 0) -> None:
+        """Fold in a report of `held` requests, `own` of which may be this proxy's (None: forget
+        the last report, as when the replica comes back)."""
         self.reported = held
-        self._others = max(0, held - own)
-        self._reported_at = time.monotonic()
+        self.others = 0 if held is None else max(0, held - own)
 
 
 class ExternalBackend:
@@ -317,8 +309,7 @@ class ExternalBackend:
     def _add(self, url: str, origin: str) -> None:
         cfg = self.spec.config
         device = self._device_for(cfg.device or f"url:{url}")
-        lifetime = _REPORT_LIFETIME * self.settings.load_interval_s
-        replica = Replica(url, origin, device, lifetime)
+        replica = Replica(url, origin, device)
         self.replicas.append(replica)
         self._watchers[replica] = asyncio.create_task(
             self._watch(replica), name=f"replica-{self.name}-{url}"
@@ -350,6 +341,8 @@ class ExternalBackend:
             previous=replica.state,
         )
         was = self.state
+        if state == "ready":
+            replica.report(None)  # what it held before it was out says nothing now
         replica.state = state
         if self.ready:
             self._was_ready = True
@@ -404,7 +397,8 @@ class ExternalBackend:
         replica.report(held, max(own, replica.in_flight))
 
     async def _held(self, replica: Replica) -> int | None:
-        timeout = aiohttp.ClientTimeout(total=_PROBE_TIMEOUT_S)
+        """What the replica says it holds; None when it did not say (its last report stands)."""
+        timeout = aiohttp.ClientTimeout(total=_LOAD_TIMEOUT_S)
         try:
             if replica.load_source in (None, "metrics"):
                 async with self.session.get(f"{replica.url}/metrics", timeout=timeout) as resp:
