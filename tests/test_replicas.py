@@ -139,6 +139,30 @@ async def test_requests_go_to_the_replica_with_the_fewest(tmp_path: Path) -> Non
             await d.stop()
 
 
+async def test_when_every_replica_is_full_requests_queue_then_get_429(tmp_path: Path) -> None:
+    doubles = [await start_double(Behaviour(token_delay_s=0.05, tokens=10)) for _ in range(2)]
+    backend = {"name": "plain", "urls": [d.url for d in doubles], "parallel": 1}
+    try:
+        async with proxy_in_front(tmp_path, [backend], max_queue=1, **FAST) as proxy:
+            running = [asyncio.create_task(ask(proxy)) for _ in range(3)]
+
+            async def queued() -> bool:
+                return bool((await health(proxy))["backends"]["plain"]["queued"] == 1)
+
+            await eventually(queued)
+            resp = await proxy.http.post(
+                "/v1/chat/completions", json={"model": "plain", "messages": HELLO}
+            )
+            assert resp.status == 429
+            assert "on each of 2 ready replicas" in (await resp.json())["error"]["message"]
+            await asyncio.gather(*running)  # the queued one ran once a replica was free
+            assert sorted(len(d.received) for d in doubles) == [1, 2]
+            assert [d.peak_processing for d in doubles] == [1, 1]
+    finally:
+        for d in doubles:
+            await d.stop()
+
+
 async def test_a_replica_that_dies_is_taken_out_and_the_backend_serves_on(
     tmp_path: Path,
 ) -> None:

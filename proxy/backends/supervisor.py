@@ -118,7 +118,7 @@ class BackendSupervisor:
                 f"backend {self.name!r} is at its limit of {self.limit} concurrent requests "
                 f"with {self.queued} queued"
             )
-        use = SlotUse(base_url=self.base_url, device=self.device.name)
+        use = SlotUse(device=self.device.name)
         self.queued += 1
         try:
             use.device_wait_s = await self.device.admit(self.name)
@@ -130,6 +130,7 @@ class BackendSupervisor:
         finally:
             self.queued -= 1
         self.in_flight += 1
+        use.base_url = self.base_url  # read once admitted: a restart while queued moves the port
         try:
             yield use
         finally:
