@@ -75,7 +75,7 @@ class BackendConfig(BaseModel):
     device: str | None = Field(
         default=None,
         description="the device it decodes on, shared with the backends that name the same one "
-        "(default: cpu, or cuda:0 when gpu_layers offloads layers; an external url its own)",
+        "(default: cpu, or cuda:0 when gpu_layers offloads layers; each external server its own)",
     )
     ctx_size: int = Field(default=4096, ge=128)
     parallel: int = Field(default=1, ge=1, le=256)
