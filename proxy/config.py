@@ -40,6 +40,12 @@ _ROUTING_ID_RE = re.compile(r"^auto(-.*)?$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
+def _http_url(url: str) -> str:
+    if not re.match(r"^https?://[^/\s]+", url):
+        raise ValueError(f"url {url!r} must look like http://host:port")
+    return url.rstrip("/")
+
+
 def default_cache_dir() -> Path:
     """Per-user cache directory (XDG), where llama-server builds and models are kept."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -70,7 +76,7 @@ class BackendConfig(BaseModel):
     device: str | None = Field(
         default=None,
         description="the device it decodes on, shared with the backends that name the same one "
-        "(default: cpu, or cuda:0 when gpu_layers offloads layers; an external url its own)",
+        "(default: cpu, or cuda:0 when gpu_layers offloads layers; each external server its own)",
     )
     ctx_size: int = Field(default=4096, ge=128)
     parallel: int = Field(default=1, ge=1, le=256)
@@ -79,6 +85,12 @@ class BackendConfig(BaseModel):
     )
     extra_args: list[str] = Field(default_factory=list)
     url: str | None = Field(default=None, description="an already running llama-server")
+    urls: list[str] | None = Field(
+        default=None,
+        min_length=1,
+        description="replicas: llama-servers all serving this configuration; a host name stands "
+        "for every address it resolves to (re-resolved every resolve_interval_s)",
+    )
 
     @field_validator("name")
     @classmethod
@@ -94,20 +106,36 @@ class BackendConfig(BaseModel):
     @field_validator("url")
     @classmethod
     def _url_is_http(cls, url: str | None) -> str | None:
-        if url is not None and not re.match(r"^https?://[^/\s]+", url):
-            raise ValueError(f"url {url!r} must look like http://host:port")
-        return url.rstrip("/") if url else url
+        return None if url is None else _http_url(url)
+
+    @field_validator("urls")
+    @classmethod
+    def _urls_are_http(cls, urls: list[str] | None) -> list[str] | None:
+        if urls is None:
+            return None
+        checked = [_http_url(u) for u in urls]
+        dupes = sorted({u for u in checked if checked.count(u) > 1})
+        if dupes:
+            raise ValueError(f"urls must be different servers; repeated: {', '.join(dupes)}")
+        return checked
 
     @model_validator(mode="after")
     def _complete_for_its_kind(self) -> BackendConfig:
-        if self.url is None and self.model is None:
+        if self.url is not None and self.urls is not None:
+            raise ValueError(
+                f"backend {self.name!r}: set either `url` (one server) or `urls` (replicas), "
+                "not both"
+            )
+        if self.url is None and self.urls is None and self.model is None:
             raise ValueError(
                 f"backend {self.name!r}: set `model` (a catalog name or .gguf path) to have the "
-                "proxy start llama-server, or `url` to use one already running"
+                "proxy start llama-server, or `url` / `urls` to use ones already running"
             )
-        if self.url is not None and self.model is not None:
-            raise ValueError(f"backend {self.name!r}: set either `model` or `url`, not both")
-        if self.url is None and self.kind == "draft-simple" and self.draft_model is None:
+        if not self.supervised and self.model is not None:
+            raise ValueError(
+                f"backend {self.name!r}: set either `model` or `url` / `urls`, not both"
+            )
+        if self.supervised and self.kind == "draft-simple" and self.draft_model is None:
             raise ValueError(
                 f"backend {self.name!r}: kind draft-simple needs `draft_model` (a model with the "
                 "target's vocabulary, e.g. qwen2.5-coder-0.5b for qwen2.5-coder-1.5b)"
@@ -138,8 +166,9 @@ class BackendConfig(BaseModel):
         """The device this backend decodes on: configured, else derived from where it runs."""
         if self.device is not None:
             return self.device
-        if self.url is not None:
-            return f"url:{self.url}"
+        if not self.supervised:
+            # Replicas are each their own device (proxy/backends/external.py); this is the first.
+            return f"url:{self.replica_urls[0]}"
         if self.gpu_layers is not None and self.gpu_layers != 0:
             return "cuda:0"
         return "cpu"
@@ -147,7 +176,12 @@ class BackendConfig(BaseModel):
     @property
     def supervised(self) -> bool:
         """Whether the proxy starts and owns this backend's process."""
-        return self.url is None
+        return self.url is None and self.urls is None
+
+    @property
+    def replica_urls(self) -> list[str]:
+        """The external servers as configured (`url` is one replica); none when supervised."""
+        return [self.url] if self.url is not None else list(self.urls or [])
 
 
 @dataclass(frozen=True)
@@ -163,6 +197,8 @@ class Supervision:
     # How long llama-server may keep computing an abandoned request before the device is freed.
     abandoned_grace_s: float
     max_queue: int
+    load_interval_s: float = 0.5
+    resolve_interval_s: float = 10.0
 
 
 class DeviceConfig(BaseModel):
@@ -199,6 +235,15 @@ class Settings(BaseSettings):
         default=900.0, gt=0, description="how long a model may take to load before giving up"
     )
     health_interval_s: float = Field(default=2.0, gt=0)
+    load_interval_s: float = Field(
+        default=0.5,
+        gt=0,
+        description="how often each external replica's own count of requests is read "
+        "(/metrics, else /slots): what other proxies send it",
+    )
+    resolve_interval_s: float = Field(
+        default=10.0, gt=0, description="how often host names in `urls` are resolved again"
+    )
     restart_backoff_initial_s: float = Field(default=0.5, gt=0)
     restart_backoff_max_s: float = Field(default=30.0, gt=0)
     shutdown_grace_s: float = Field(
@@ -313,6 +358,8 @@ class Settings(BaseSettings):
             shutdown_grace_s=self.shutdown_grace_s,
             abandoned_grace_s=self.request_timeout_s,
             max_queue=self.max_queue,
+            load_interval_s=self.load_interval_s,
+            resolve_interval_s=self.resolve_interval_s,
         )
 
     @model_validator(mode="after")

@@ -97,3 +97,19 @@ def metric_value(text: str, name: str, **labels: str) -> float:
         for have, value in metric_values(text, name)
         if all(have.get(k) == v for k, v in labels.items())
     )
+
+
+def requests_held(metrics_text: str) -> int:
+    """Requests a llama-server holds, from its /metrics: processing in a slot plus deferred
+    (waiting for one)."""
+    held = metric_value(metrics_text, f"{METRIC_PREFIX}requests_processing") + metric_value(
+        metrics_text, f"{METRIC_PREFIX}requests_deferred"
+    )
+    return max(int(held), 0)
+
+
+def slots_processing(slots: object) -> int | None:
+    """Slots processing a request, from llama-server's /slots; None for anything but its list."""
+    if not isinstance(slots, list):
+        return None
+    return sum(1 for s in slots if isinstance(s, dict) and s.get("is_processing"))

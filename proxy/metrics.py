@@ -18,7 +18,8 @@ from prometheus_client.samples import Sample
 from proxy.api.relay import Measurement
 from proxy.api.surfaces import SURFACES
 from proxy.backends.devices import Device
-from proxy.backends.supervisor import BackendSupervisor
+from proxy.backends.external import ExternalBackend
+from proxy.backends.pool import Backend
 from proxy.log import get_logger
 from proxy.routing.classifier import TASK_CLASSES
 from proxy.routing.policy import RouteReason
@@ -188,18 +189,32 @@ class ProxyMetrics:
 
     async def render(
         self,
-        backends: Iterable[BackendSupervisor],
+        backends: Iterable[Backend],
         devices: Mapping[str, Device],
         session: aiohttp.ClientSession,
     ) -> bytes:
         """The exposition text: this registry, the supervisors' and devices' state and each
-        backend's own."""
+        backend's own (each replica's, for an external backend)."""
         every = list(backends)
-        ready = [b for b in every if b.ready]
-        upstream = await asyncio.gather(*(_scrape_backend(b, session) for b in ready))
-        fetched = {b.name: families for b, families in zip(ready, upstream, strict=True)}
+        targets = [(b.name, url, labels) for b in every for url, labels in _scrape_targets(b)]
+        upstream = await asyncio.gather(
+            *(
+                _scrape_backend(url, {"backend": name, **labels}, session)
+                for name, url, labels in targets
+            )
+        )
+        fetched: dict[str, list[list[Metric] | None]] = {}
+        for (name, _, _), families in zip(targets, upstream, strict=True):
+            fetched.setdefault(name, []).append(families)
         extra = _BackendCollector(every, devices, fetched)
         return generate_latest(_Scrape(self.registry, extra))
+
+
+def _scrape_targets(backend: Backend) -> list[tuple[str, dict[str, str]]]:
+    """Where a backend's own metrics are read: its process, or each ready replica (labelled)."""
+    if isinstance(backend, ExternalBackend):
+        return [(r.url, {"replica": r.url}) for r in backend.replicas if r.ready]
+    return [(backend.base_url, {})] if backend.ready else []
 
 
 def _count(timings: Mapping[str, object], key: str) -> int:
@@ -208,33 +223,33 @@ def _count(timings: Mapping[str, object], key: str) -> int:
 
 
 async def _scrape_backend(
-    backend: BackendSupervisor, session: aiohttp.ClientSession
+    url: str, labels: Mapping[str, str], session: aiohttp.ClientSession
 ) -> list[Metric] | None:
-    """The backend's llamacpp:* families renamed and labelled with it; None if it did not answer."""
+    """A server's llamacpp:* families renamed and given `labels`; None if it did not answer."""
     try:
         async with session.get(
-            f"{backend.base_url}/metrics",
+            f"{url}/metrics",
             timeout=aiohttp.ClientTimeout(total=_BACKEND_TIMEOUT_S),
         ) as resp:
             if resp.status != 200:
                 # An external llama-server started without --metrics answers 501.
-                log.debug("backend metrics unavailable", backend=backend.name, status=resp.status)
+                log.debug("backend metrics unavailable", url=url, status=resp.status)
                 return None
             text = await resp.text()
         families = list(text_string_to_metric_families(text))
     except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-        log.debug("backend metrics failed", backend=backend.name, error=str(exc))
+        log.debug("backend metrics failed", url=url, error=str(exc))
         return None
-    return [_relabel(family, backend.name) for family in families]
+    return [_relabel(family, labels) for family in families]
 
 
-def _relabel(family: Metric, backend: str) -> Metric:
+def _relabel(family: Metric, labels: Mapping[str, str]) -> Metric:
     # "llamacpp:" is legal in Prometheus but reserved for recording rules; "llamacpp_" keeps the
     # rest of the name.  The parser already gives counters their "_total" suffix, so llama.cpp's
     # n_tokens_max (declared a counter) arrives as llamacpp_n_tokens_max_total.
     renamed = Metric(_rename(family.name), family.documentation, family.type)
     renamed.samples = [
-        Sample(_rename(s.name), {**s.labels, "backend": backend}, s.value, s.timestamp)
+        Sample(_rename(s.name), {**s.labels, **labels}, s.value, s.timestamp)
         for s in family.samples
     ]
     return renamed
@@ -281,13 +296,53 @@ class _BackendCollector:
 
     def __init__(
         self,
-        backends: Sequence[BackendSupervisor],
+        backends: Sequence[Backend],
         devices: Mapping[str, Device],
-        fetched: Mapping[str, list[Metric] | None],
+        fetched: Mapping[str, list[list[Metric] | None]],
     ) -> None:
         self.backends = backends
         self.devices = devices
         self.fetched = fetched
+
+    def _replicas(self) -> Iterator[Metric]:
+        labels = ["backend", "replica"]
+        up = GaugeMetricFamily(
+            "specproxy_replica_up",
+            "1 when the external backend's replica takes requests, else 0",
+            labels=labels,
+        )
+        in_flight = GaugeMetricFamily(
+            "specproxy_replica_in_flight_requests",
+            "Requests this proxy has open on the replica",
+            labels=labels,
+        )
+        reported = GaugeMetricFamily(
+            "specproxy_replica_reported_requests",
+            "Requests the replica said it held at its last poll, every proxy's together",
+            labels=labels,
+        )
+        load = GaugeMetricFamily(
+            "specproxy_replica_load",
+            "Requests on the replica as routing counts them: this proxy's plus other proxies'",
+            labels=labels,
+        )
+        failed = CounterMetricFamily(
+            "specproxy_replica_failed_health_checks",
+            "Health checks the replica failed after it first answered",
+            labels=labels,
+        )
+        for b in self.backends:
+            if not isinstance(b, ExternalBackend):
+                continue
+            for r in b.replicas:
+                key = [b.name, r.url]
+                up.add_metric(key, 1 if r.ready else 0)
+                in_flight.add_metric(key, r.in_flight)
+                if r.reported is not None:
+                    reported.add_metric(key, r.reported)
+                load.add_metric(key, r.load)
+                failed.add_metric(key, r.failed_health_checks)
+        yield from (up, in_flight, reported, load, failed)
 
     def _devices(self) -> Iterator[Metric]:
         capacity = GaugeMetricFamily(
@@ -365,17 +420,20 @@ class _BackendCollector:
             queue_limit.add_metric(key, b.max_queue)
             restarts.add_metric(key, b.restarts)
             failed.add_metric(key, b.failed_health_checks)
-            scraped.add_metric([b.name], 0 if self.fetched.get(b.name) is None else 1)
+            results = self.fetched.get(b.name) or [None]
+            scraped.add_metric([b.name], 1 if all(r is not None for r in results) else 0)
         yield from (up, in_flight, limit, queued, queue_limit, restarts, failed, scraped)
+        yield from self._replicas()
         yield from self._devices()
         # Every backend exposes the same families: merge them so each name appears once.
         merged: dict[str, Metric] = {}
-        for families in self.fetched.values():
-            for family in families or []:
-                into = merged.setdefault(
-                    family.name, Metric(family.name, family.documentation, family.type)
-                )
-                into.samples.extend(family.samples)
+        for results in self.fetched.values():
+            for families in results:
+                for family in families or []:
+                    into = merged.setdefault(
+                        family.name, Metric(family.name, family.documentation, family.type)
+                    )
+                    into.samples.extend(family.samples)
         yield from merged.values()
 
 

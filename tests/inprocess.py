@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from proxy.api.app import build_app
 from proxy.api.state import POOL
+from proxy.backends.discovery import Resolver
 from proxy.backends.launch import prepare_backends
 from proxy.config import Settings
 from tests.llama_double import Behaviour, LlamaServerDouble, start_double
@@ -40,31 +42,47 @@ class FastProxy:
 
 
 @asynccontextmanager
+async def proxy_in_front(
+    tmp_path: Path,
+    backends: list[dict[str, Any]],
+    doubles: dict[str, LlamaServerDouble] | None = None,
+    resolver: Resolver | None = None,
+    wait_ready: bool = True,
+    **settings: Any,
+) -> AsyncIterator[FastProxy]:
+    """The proxy in-process in front of servers already running (each call: its own proxy)."""
+    defaults: dict[str, Any] = {
+        "calibration_requests": 0,
+        "health_interval_s": 0.2,
+        "scoreboard_file": tmp_path / f"scoreboard-{uuid.uuid4().hex[:8]}.json",
+        "cache_dir": tmp_path / "cache",
+    }
+    config = Settings(backends=backends, **{**defaults, **settings})
+    app = build_app(config, prepare_backends(config), resolver)
+    client = TestClient(TestServer(app, host="127.0.0.1"))
+    await client.start_server()
+    try:
+        if wait_ready:
+            assert await app[POOL].wait_ready(10), "doubles did not become ready"
+        proxy = FastProxy(client, doubles or {})
+        yield proxy
+        for c in proxy.clients:
+            await c.close()
+    finally:
+        await client.close()
+
+
+@asynccontextmanager
 async def fast_proxy(
     tmp_path: Path, backends: dict[str, dict[str, Any]] | None = None, **settings: Any
 ) -> AsyncIterator[FastProxy]:
     """Doubles for `backends` (name -> extra backend config) and the proxy in front, ready."""
     backends = backends or {"plain": {}, "ngram": {"kind": "ngram"}}
     doubles = {name: await start_double(Behaviour()) for name in backends}
-    config = Settings(
-        backends=[{"name": n, "url": doubles[n].url, **extra} for n, extra in backends.items()],
-        calibration_requests=0,
-        health_interval_s=0.2,
-        scoreboard_file=tmp_path / "scoreboard.json",
-        cache_dir=tmp_path / "cache",
-        **settings,
-    )
-    app = build_app(config, prepare_backends(config))
-    client = TestClient(TestServer(app, host="127.0.0.1"))
-    await client.start_server()
+    configs = [{"name": n, "url": doubles[n].url, **extra} for n, extra in backends.items()]
     try:
-        assert await app[POOL].wait_ready(10), "doubles did not become ready"
-        proxy = FastProxy(client, doubles)
-        yield proxy
-        for c in proxy.clients:
-            await c.close()
+        async with proxy_in_front(tmp_path, configs, doubles, **settings) as proxy:
+            yield proxy
     finally:
-        await client.close()
         for double in doubles.values():
-            assert double.server is not None
-            await double.server.close()
+            await double.stop()

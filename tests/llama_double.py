@@ -36,6 +36,10 @@ class Behaviour:
     draft_n: int = 0
     draft_n_accepted: int = 0
     tokens_per_s: float = 50.0
+    # Requests someone else (another proxy) has on this server: reported by /slots and /metrics.
+    others: int = 0
+    metrics: bool = True  # False: /metrics answers 501, as llama-server without --metrics
+    healthy: bool = True  # False: /health answers 503, as while a model loads
 
 
 @dataclass
@@ -53,6 +57,16 @@ class LlamaServerDouble:
     def url(self) -> str:
         assert self.server is not None
         return str(self.server.make_url("")).rstrip("/")
+
+    async def listen(self, host: str = "127.0.0.1", port: int | None = None) -> None:
+        """Serve on host:port (any free port when None): to start, or come back after stop()."""
+        self.server = TestServer(self.app(), host=host, port=port)
+        await self.server.start_server()
+
+    async def stop(self) -> None:
+        """Stop listening: connections are refused, as from a server that died."""
+        if self.server is not None:
+            await self.server.close()
 
     def timings(self, n: int) -> dict[str, Any]:
         b = self.behaviour
@@ -81,16 +95,30 @@ class LlamaServerDouble:
         return app
 
     async def _health(self, request: web.Request) -> web.Response:
+        if not self.behaviour.healthy:
+            loading = {"error": {"code": 503, "message": "Loading model"}}
+            return web.json_response(loading, status=503)
         return web.json_response({"status": "ok"})
 
     async def _slots(self, request: web.Request) -> web.Response:
-        return web.json_response([{"id": 0, "is_processing": self.processing > 0}])
+        busy = self.processing + self.behaviour.others
+        return web.json_response(
+            [{"id": i, "is_processing": i < busy} for i in range(max(busy, 1))]
+        )
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        if not self.behaviour.metrics:
+            return web.json_response(
+                {"error": {"code": 501, "message": "This server does not support metrics"}},
+                status=501,
+            )
         text = (
             "# HELP llamacpp:requests_processing Number of requests processing.\n"
             "# TYPE llamacpp:requests_processing gauge\n"
-            f"llamacpp:requests_processing {self.processing}\n"
+            f"llamacpp:requests_processing {self.processing + self.behaviour.others}\n"
+            "# HELP llamacpp:requests_deferred Number of requests deferred.\n"
+            "# TYPE llamacpp:requests_deferred gauge\n"
+            "llamacpp:requests_deferred 0\n"
         )
         return web.Response(text=text, content_type="text/plain")
 
@@ -191,9 +219,10 @@ class LlamaServerDouble:
         yield n, final
 
 
-async def start_double(behaviour: Behaviour | None = None) -> LlamaServerDouble:
-    """A double listening on a free loopback port."""
+async def start_double(
+    behaviour: Behaviour | None = None, host: str = "127.0.0.1", port: int | None = None
+) -> LlamaServerDouble:
+    """A double listening on host:port (a free loopback port by default)."""
     double = LlamaServerDouble(behaviour or Behaviour())
-    double.server = TestServer(double.app(), host="127.0.0.1")
-    await double.server.start_server()
+    await double.listen(host, port)
     return double

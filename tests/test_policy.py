@@ -28,6 +28,10 @@ class Backend:
     def __post_init__(self) -> None:
         on_device(self.device, [self], share=1)
 
+    @property
+    def load(self) -> int:
+        return self.in_flight
+
 
 def on_device(device: Device, backends: Sequence[Backend], share: int = 2) -> Device:
     """Put backends on `device` with `share` each, their in-flight requests admitted."""

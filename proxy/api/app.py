@@ -14,6 +14,7 @@ from proxy.api.auth import api_key_middleware
 from proxy.api.errors import openai_errors
 from proxy.api.routes import add_routes
 from proxy.api.state import METRICS, POOL, ROUTER, SESSION, SETTINGS
+from proxy.backends.discovery import Resolver
 from proxy.backends.launch import LaunchSpec
 from proxy.backends.pool import BackendPool
 from proxy.config import Settings
@@ -30,8 +31,13 @@ _SAVE_EVERY_S = 30.0
 log = get_logger("specproxy")
 
 
-def build_app(settings: Settings, specs: list[LaunchSpec]) -> web.Application:
-    """An application that starts the backends on startup and stops them on cleanup."""
+def build_app(
+    settings: Settings, specs: list[LaunchSpec], resolver: Resolver | None = None
+) -> web.Application:
+    """An application that starts the backends on startup and stops them on cleanup.
+
+    `resolver` finds the replicas behind host names in `urls` (default: the system's).
+    """
     keys = settings.accepted_keys()
     middlewares = [openai_errors, *([api_key_middleware(keys)] if keys else [])]
     app = web.Application(middlewares=middlewares, client_max_size=settings.max_body_bytes)
@@ -54,7 +60,7 @@ def build_app(settings: Settings, specs: list[LaunchSpec]) -> web.Application:
         connector = aiohttp.TCPConnector(limit=0, force_close=True)
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
             app[SESSION] = session
-            app[POOL] = BackendPool(specs, settings, session)
+            app[POOL] = BackendPool(specs, settings, session, resolver)
             app[POOL].start()
             try:
                 yield

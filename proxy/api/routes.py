@@ -18,6 +18,8 @@ from proxy.api.errors import ApiError
 from proxy.api.relay import CLIENT_GONE, Measurement, RelayTimeouts, relay
 from proxy.api.state import METRICS, POOL, ROUTER, SESSION, SETTINGS
 from proxy.api.surfaces import SURFACES, Surface
+from proxy.backends.external import ExternalBackend
+from proxy.backends.pool import Backend
 from proxy.backends.supervisor import BackendSaturatedError, SlotUse
 from proxy.llamacpp import Timings
 from proxy.log import get_logger
@@ -89,7 +91,7 @@ def _finish(
     task: str | None,
     route: _Route,
     measured: Measurement,
-    device: str,
+    seen: RequestRecord,
 ) -> None:
     """Record what an answer measured (a stream its client left included) and log one line."""
     backend = route.backend.name
@@ -117,7 +119,7 @@ def _finish(
         else None,
         ttft_s=round(measured.ttft_s, 3) if measured.ttft_s is not None else None,
         duration_s=round(measured.duration_s, 3),
-        device=device,
+        device=seen.device,
         device_wait_s=round(measured.device_wait_s, 3),
         error=measured.error,
         **({"body": body} if request.app[SETTINGS].log_prompts else {}),
@@ -196,6 +198,7 @@ async def _serve(request: web.Request, surface: Surface, seen: RequestRecord) ->
             "X-Specproxy-Backend": route.backend.name,
             **({"X-Specproxy-Task": task} if task is not None else {}),
             "X-Specproxy-Route": route.reason,
+            "X-Specproxy-Load-Level": str(route.level),
             "X-Request-Id": request_id,
             "X-Specproxy-Device": device,
         }
@@ -207,10 +210,16 @@ async def _serve(request: web.Request, surface: Surface, seen: RequestRecord) ->
         # what it generated.
         measured = seen.measured = Measurement()
         finish = functools.partial(
-            _finish, request, request_id, surface, body, task, route, measured, device
+            _finish, request, request_id, surface, body, task, route, measured, seen
         )
+        target = ""  # the server the request went to: a replica of an external backend
         try:
-            async with supervisor.slot() if surface.uses_slot else nullcontext(SlotUse()) as use:
+            # A passthrough (tokenize, templates) decodes nothing: any server of the backend.
+            unheld = SlotUse(base_url=supervisor.base_url, device=device)
+            async with supervisor.slot() if surface.uses_slot else nullcontext(unheld) as use:
+                target = use.base_url
+                seen.device = use.device
+                headers["X-Specproxy-Device"] = use.device
                 headers["X-Specproxy-Device-Wait"] = f"{use.device_wait_s:.3f}"
                 measured.device_wait_s = use.device_wait_s
                 try:
@@ -218,7 +227,7 @@ async def _serve(request: web.Request, surface: Surface, seen: RequestRecord) ->
                         request,
                         app[SESSION],
                         route.backend.name,
-                        supervisor.base_url + surface.path,
+                        target + surface.path,
                         upstream_body,
                         headers,
                         timeouts,
@@ -230,7 +239,7 @@ async def _serve(request: web.Request, surface: Surface, seen: RequestRecord) ->
                     raise
                 use.abandoned = measured.error is not None or measured.status != 200
             if measured.status == 502:  # failed mid-stream
-                supervisor.mark_down()
+                supervisor.mark_down(target)
             break
         except BackendSaturatedError as exc:
             raise ApiError(
@@ -245,8 +254,10 @@ async def _serve(request: web.Request, surface: Surface, seen: RequestRecord) ->
             raise
         except ApiError as exc:
             if exc.status == 502:
-                supervisor.mark_down()
-            if exc.code != "backend_unreachable" or route.reason == "pinned" or attempt == 2:
+                supervisor.mark_down(target)
+            # A pinned request may try again only on another replica of its backend.
+            pinned_down = route.reason == "pinned" and not supervisor.ready
+            if exc.code != "backend_unreachable" or pinned_down or attempt == 2:
                 raise
     seen.status = measured.status
     finish()
@@ -264,24 +275,44 @@ async def list_models(request: web.Request) -> web.Response:
     return web.json_response({"object": "list", "data": data})
 
 
+def _backend_health(b: Backend) -> dict[str, Any]:
+    """One backend's part of /health; an external one lists its replicas."""
+    shown: dict[str, Any] = {
+        "state": b.state,
+        "kind": b.spec.config.kind,
+        "spec_type": b.spec_type,
+        "url": b.base_url,
+        "pid": b.pid,
+        "restarts": b.restarts,
+        "in_flight": b.in_flight,
+        "load": b.load,
+        "queued": b.queued,
+        "limit": b.limit,
+        "device": b.device.name,
+    }
+    if isinstance(b, ExternalBackend):
+        shown["replicas"] = [
+            {
+                "url": r.url,
+                "state": r.state,
+                "in_flight": r.in_flight,
+                "reported": r.reported,
+                "load": r.load,
+                "load_source": r.load_source,
+                "failed_health_checks": r.failed_health_checks,
+                "device": r.device.name,
+            }
+            for r in b.replicas
+        ]
+        if b.resolve_errors:
+            shown["resolve_errors"] = b.resolve_errors
+    return shown
+
+
 async def health(request: web.Request) -> web.Response:
     """GET /health: the proxy's state and each backend's; 200 if any backend is ready."""
     pool = request.app[POOL]
-    backends = {
-        b.name: {
-            "state": b.state,
-            "kind": b.spec.config.kind,
-            "spec_type": b.spec_type,
-            "url": b.base_url,
-            "pid": b.pid,
-            "restarts": b.restarts,
-            "in_flight": b.in_flight,
-            "queued": b.queued,
-            "limit": b.limit,
-            "device": b.device.name,
-        }
-        for b in pool
-    }
+    backends = {b.name: _backend_health(b) for b in pool}
     devices = {}
     for name, device in pool.devices.items():
         state = device.state()
@@ -295,7 +326,11 @@ async def health(request: web.Request) -> web.Response:
             "wait_s": round(state.wait_s, 3),
         }
     ready = sum(1 for b in pool if b.ready)
-    status = "ok" if ready == len(pool) else "degraded" if ready else "unavailable"
+    replica_down = any(
+        r.state == "unhealthy" for b in pool if isinstance(b, ExternalBackend) for r in b.replicas
+    )
+    everything = ready == len(pool) and not replica_down
+    status = "ok" if everything else "degraded" if ready else "unavailable"
     return web.json_response(
         {"status": status, "backends": backends, "devices": devices},
         status=200 if ready else 503,

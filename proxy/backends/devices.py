@@ -54,6 +54,10 @@ class Device:
         """Register a backend that needs `share` of this device while it decodes."""
         self._share[backend] = max(1, min(share, self.capacity))
 
+    def serves(self, backend: str) -> bool:
+        """Whether `backend` is registered on this device."""
+        return backend in self._share
+
     def share(self, backend: str) -> int:
         """The part of the capacity this backend takes while it decodes."""
         return self._share[backend]
@@ -167,6 +171,16 @@ def device_capacity(device: str, settings: Settings) -> int:
     return host_cores() if device == "cpu" else 1
 
 
+def device_for(name: str, devices: dict[str, Device], backend: str, settings: Settings) -> Device:
+    """The device `name` from the registry, made (with `backend`'s share) if it is new there."""
+    device = devices.get(name)
+    if device is None:
+        device = devices[name] = Device(name, device_capacity(name, settings))
+    if not device.serves(backend):
+        device.add(backend, 1)
+    return device
+
+
 def backend_share(cfg: BackendConfig, device: str, capacity: int) -> int:
     """What one backend takes of its device: its threads on `cpu` (all cores when unset), else 1."""
     if device == "cpu":
@@ -178,6 +192,8 @@ def build_devices(settings: Settings) -> dict[str, Device]:
     """Every device the configured backends run on, with each backend's share registered."""
     devices: dict[str, Device] = {}
     for cfg in settings.backends:
+        if cfg.urls is not None and cfg.device is None:
+            continue  # each replica is a device of its own, added as it is found
         name = cfg.device_name
         if name not in devices:
             devices[name] = Device(name, device_capacity(name, settings))

@@ -87,8 +87,9 @@ def free_port(host: str) -> int:
 
 def prepare_backend(cfg: BackendConfig, settings: Settings, binary: Path | None) -> LaunchSpec:
     """Resolve models and check them (GGUF, vocabularies, MTP head) before anything starts."""
-    if cfg.url is not None:
-        return LaunchSpec(config=cfg, url=cfg.url)
+    if not cfg.supervised:
+        # The first replica: what `specproxy bench` measures; the proxy uses every one.
+        return LaunchSpec(config=cfg, url=cfg.replica_urls[0])
     assert cfg.model is not None and binary is not None
     models_dir = settings.cache_dir / "models"
     try:

@@ -1,37 +1,58 @@
-"""BackendPool: every configured backend's supervisor and the devices they share."""
+"""BackendPool: every configured backend (supervised or external) and the devices they share."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Iterator
 
 import aiohttp
 
-from proxy.backends.devices import Device, build_devices
+from proxy.backends.devices import Device, build_devices, device_for
+from proxy.backends.discovery import Resolver, SystemResolver
+from proxy.backends.external import ExternalBackend
 from proxy.backends.launch import LaunchSpec
 from proxy.backends.supervisor import BackendSupervisor
 from proxy.config import Settings
+
+Backend = BackendSupervisor | ExternalBackend
 
 
 class BackendPool:
     """The backends by name, in configuration order."""
 
-    def __init__(self, specs: list[LaunchSpec], settings: Settings, session: aiohttp.ClientSession):
+    def __init__(
+        self,
+        specs: list[LaunchSpec],
+        settings: Settings,
+        session: aiohttp.ClientSession,
+        resolver: Resolver | None = None,
+    ):
         self.devices: dict[str, Device] = build_devices(settings)
-        self._by_name = {
-            s.config.name: BackendSupervisor(
-                s, settings.supervision(), session, self.devices[s.config.device_name]
+        self._by_name: dict[str, Backend] = {}
+        for s in specs:
+            name = s.config.name
+            if s.config.supervised:
+                device = self.devices[s.config.device_name]
+                self._by_name[name] = BackendSupervisor(s, settings.supervision(), session, device)
+                continue
+            self._by_name[name] = ExternalBackend(
+                s,
+                settings.supervision(),
+                session,
+                functools.partial(
+                    device_for, devices=self.devices, backend=name, settings=settings
+                ),
+                resolver or SystemResolver(),
             )
-            for s in specs
-        }
 
-    def __iter__(self) -> Iterator[BackendSupervisor]:
+    def __iter__(self) -> Iterator[Backend]:
         return iter(self._by_name.values())
 
     def __len__(self) -> int:
         return len(self._by_name)
 
-    def get(self, name: str) -> BackendSupervisor | None:
+    def get(self, name: str) -> Backend | None:
         """The backend with this name, if configured."""
         return self._by_name.get(name)
 

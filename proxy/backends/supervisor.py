@@ -45,6 +45,9 @@ class SlotUse:
     # Set when the request ended before llama-server finished it (client gone, timeout, error):
     # the process may still be computing, so the device is released once it is idle.
     abandoned: bool = False
+    # Where the request goes: the server (a replica of an external backend) and its device.
+    base_url: str = ""
+    device: str = ""
 
 
 class BackendSupervisor:
@@ -85,6 +88,11 @@ class BackendSupervisor:
         return self.state == "ready"
 
     @property
+    def load(self) -> int:
+        """Requests on the backend: its own process serves only this proxy."""
+        return self.in_flight
+
+    @property
     def saturated(self) -> bool:
         """Whether every slot is busy (a new request would wait in the queue)."""
         return self.in_flight >= self.limit
@@ -110,7 +118,7 @@ class BackendSupervisor:
                 f"backend {self.name!r} is at its limit of {self.limit} concurrent requests "
                 f"with {self.queued} queued"
             )
-        use = SlotUse()
+        use = SlotUse(device=self.device.name)
         self.queued += 1
         try:
             use.device_wait_s = await self.device.admit(self.name)
@@ -122,6 +130,7 @@ class BackendSupervisor:
         finally:
             self.queued -= 1
         self.in_flight += 1
+        use.base_url = self.base_url  # read once admitted: a restart while queued moves the port
         try:
             yield use
         finally:
@@ -338,7 +347,7 @@ class BackendSupervisor:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self.process.wait()), seconds)
 
-    def mark_down(self) -> None:
+    def mark_down(self, base_url: str | None = None) -> None:
         """Take the backend out of routing at once after a failed request (health decides after)."""
         if self.state == "ready":
             self._set_state("unhealthy")

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 import aiohttp
 
-from proxy.backends.supervisor import BackendSaturatedError, BackendSupervisor
+from proxy.backends.pool import Backend
+from proxy.backends.supervisor import BackendSaturatedError
 from proxy.llamacpp import Timings
 from proxy.log import get_logger
 from proxy.prompts import REFERENCE_PROMPTS, infill_body
@@ -42,7 +43,7 @@ def calibration_requests(task: str, count: int, max_prompt_tokens: int) -> list[
 
 
 async def calibrate(
-    backends: Sequence[BackendSupervisor],
+    backends: Sequence[Backend],
     scoreboard: Scoreboard,
     session: aiohttp.ClientSession,
     rounds: int,
@@ -72,9 +73,9 @@ async def calibrate(
             sent += 1
             try:
                 async with (
-                    backend.slot(),
+                    backend.slot() as use,
                     session.post(
-                        f"{backend.base_url}{request.path}", json=request.with_sampling(max_tokens)
+                        f"{use.base_url}{request.path}", json=request.with_sampling(max_tokens)
                     ) as resp,
                 ):
                     body = await resp.json() if resp.status == 200 else {}

@@ -40,7 +40,11 @@ class RoutableBackend(Protocol):
     """What the policy needs to know about a backend."""
 
     name: str
-    in_flight: int
+
+    @property
+    def load(self) -> int:
+        """Requests in flight where its next request would go, other proxies' included."""
+        ...
 
     @property
     def device(self) -> DeviceView: ...
@@ -118,9 +122,10 @@ class RoutePolicy:
 
         Backends on one device share its compute, so the level counts every request in flight
         there: a request on an idle n-gram backend next to four busy plain streams does not run
-        at level 1. Requests on other devices do not count.
+        at level 1. Requests on other devices do not count; requests other proxies sent to an
+        external backend do (it reports them).
         """
-        same = sum(b.in_flight for b in backends if b.device is backend.device)
+        same = sum(b.load for b in backends if b.device is backend.device)
         return load_level(same + 1)
 
     def choose(self, task: str, backends: Sequence[RoutableBackend]) -> RouteChoice | None:
@@ -147,7 +152,7 @@ class RoutePolicy:
             tps = estimates[b.name].tokens_per_s
             return tps / (1 + self.speculation_margin) if plain and b.spec_type else tps
 
-        ranked = sorted(ready, key=lambda b: (b.name in demoted, -credited(b), b.in_flight))
+        ranked = sorted(ready, key=lambda b: (b.name in demoted, -credited(b), b.load))
         best = ranked[0]
         if not self._starts_now(best):
             # The best would wait: for its device (another backend decodes there) or for a
@@ -163,7 +168,7 @@ class RoutePolicy:
                     and self._starts_now(other)
                     and alone[other.name] >= (1 - JOIN_MARGIN) * alone[best.name]
                 ):
-                    reason: RouteReason = "join_batch" if other.in_flight else "spill"
+                    reason: RouteReason = "join_batch" if other.load else "spill"
                     return RouteChoice(other.name, reason, levels[other.name])
             if not best.device.admits(best.name):
                 return RouteChoice(best.name, "wait_device", levels[best.name])
@@ -188,7 +193,7 @@ class RoutePolicy:
 
     @staticmethod
     def _device_idle(backend: RoutableBackend, backends: Sequence[RoutableBackend]) -> bool:
-        return not any(b.in_flight for b in backends if b.device is backend.device)
+        return not any(b.load for b in backends if b.device is backend.device)
 
     def _single_stream(self, backend: str, task: str) -> float:
         est = self.scoreboard.nearest(backend, task, 1)

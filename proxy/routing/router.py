@@ -107,7 +107,7 @@ class Router:
         if not ready:
             raise NoBackendError("no backend is ready")
         # One that starts at once on its device first: another would wait for, or crowd, it.
-        return min(ready, key=lambda b: (not b.device.admits(b.name), b.in_flight)), "least_busy"
+        return min(ready, key=lambda b: (not b.device.admits(b.name), b.load)), "least_busy"
 
     def record(self, outcome: Outcome) -> None:
         """Feed a finished request's measurements back into the scoreboard."""

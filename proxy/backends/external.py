@@ -1,0 +1,425 @@
+"""ExternalBackend: llama-servers run elsewhere (`url`, `urls`), as replicas of one backend.
+
+Every replica serves the same configuration. Each is health-checked on its own and asked how many
+requests it holds (its `/metrics`, else `/slots`), so requests that other proxies send it count in
+this proxy's load levels: N proxies in front of the same servers route as one would. A request
+goes to the ready replica with the fewest requests; a failing replica is taken out of routing
+while the others serve, and comes back when its health check passes again. Host names in `urls`
+are resolved again periodically, so a Kubernetes headless Service's pods come and go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from typing import Literal
+
+import aiohttp
+
+from proxy.backends.devices import Device
+from proxy.backends.discovery import Resolver, discover, names_a_host
+from proxy.backends.launch import LaunchSpec
+from proxy.backends.supervisor import BackendSaturatedError, BackendState, SlotUse
+from proxy.config import Supervision
+from proxy.llamacpp import requests_held, slots_processing
+from proxy.log import get_logger
+
+ReplicaState = Literal["starting", "ready", "unhealthy", "gone"]
+LoadSource = Literal["metrics", "slots", "none"]
+_UNHEALTHY_AFTER = 3
+_STARTING_POLL_S = 0.25
+_PROBE_TIMEOUT_S = 2.0
+# llama-server answers /metrics and /slots between two batch steps, which on a CPU can take
+# seconds (a long prompt): the poll waits that long rather than drop a busy server's report.
+_LOAD_TIMEOUT_S = 10.0
+log = get_logger("backend")
+
+
+class Replica:
+    """One server of an external backend: its address, health and the requests on it."""
+
+    def __init__(self, url: str, origin: str, device: Device) -> None:
+        self.url = url
+        self.origin = origin  # the configured URL it was found from
+        self.device = device
+        self.state: ReplicaState = "starting"
+        self.in_flight = 0  # this proxy's requests on it
+        self.reported: int | None = None  # requests it said it held at the last poll
+        self.load_source: LoadSource | None = None
+        self.failed_health_checks = 0
+        self.last_used = 0.0
+        self.others = 0  # requests other proxies have on it, from its latest report
+
+    @property
+    def ready(self) -> bool:
+        """Whether new requests may go to this replica."""
+        return self.state == "ready"
+
+    @property
+    def load(self) -> int:
+        """Requests on it now: this proxy's own count, plus the others' from its last report."""
+        return self.in_flight + self.others
+
+    def report(self, held: int | None, own: int = 0) -> None:
+        """Fold in a report of `held` requests, `own` of which may be this proxy's (None: forget
+        the last report, as when the replica comes back)."""
+        self.reported = held
+        self.others = 0 if held is None else max(0, held - own)
+
+
+class ExternalBackend:
+    """One backend served by llama-servers the proxy does not run: balanced, checked, measured."""
+
+    def __init__(
+        self,
+        spec: LaunchSpec,
+        settings: Supervision,
+        session: aiohttp.ClientSession,
+        device_for: Callable[[str], Device],
+        resolver: Resolver,
+    ) -> None:
+        self.spec = spec
+        self.name = spec.config.name
+        self.settings = settings
+        self.session = session
+        self.limit = spec.config.max_concurrency or spec.config.parallel  # per replica
+        self.max_queue = settings.max_queue
+        self.queued = 0
+        self.restarts = 0
+        self.pid: int | None = None
+        self.replicas: list[Replica] = []
+        self.resolve_errors: dict[str, str] = {}
+        self._device_for = device_for
+        self._resolver = resolver
+        self._failed_gone = 0  # health checks failed by replicas no longer listed
+        self._was_ready = False
+        self._stopped = False
+        self._ready = asyncio.Event()
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._watchers: dict[Replica, asyncio.Task[None]] = {}
+        self._task: asyncio.Task[None] | None = None
+        # What the policy sees before any replica is found: a device nobody else uses.
+        self._nowhere = Device(f"url:{self.name}", 1)
+        self._nowhere.add(self.name, 1)
+
+    # --- what routing, /health and /metrics read -------------------------------------------
+
+    @property
+    def spec_type(self) -> str | None:
+        """The speculation this backend runs (llama-server --spec-type), None for plain."""
+        return self.spec.config.spec_type
+
+    @property
+    def draft_n_max(self) -> int:
+        """Tokens drafted per step (llama-server's default is 3)."""
+        return self.spec.config.n_max
+
+    @property
+    def state(self) -> BackendState:
+        """ready while any replica serves; unhealthy once none does; starting before."""
+        if self._stopped:
+            return "stopped"
+        if any(r.ready for r in self.replicas):
+            return "ready"
+        return "unhealthy" if self._was_ready else "starting"
+
+    @property
+    def ready(self) -> bool:
+        """Whether requests may be sent to this backend now."""
+        return self.state == "ready"
+
+    @property
+    def in_flight(self) -> int:
+        """This proxy's requests on every replica."""
+        return sum(r.in_flight for r in self.replicas)
+
+    @property
+    def failed_health_checks(self) -> int:
+        """Health checks failed by its replicas, those no longer listed included."""
+        return self._failed_gone + sum(r.failed_health_checks for r in self.replicas)
+
+    @property
+    def base_url(self) -> str:
+        """The replica the next request would go to (the first configured URL before any)."""
+        nxt = self._next_replica()
+        return nxt.url if nxt else self.spec.config.replica_urls[0]
+
+    @property
+    def load(self) -> int:
+        """Requests on the replica the next request would go to, other proxies' included."""
+        nxt = self._next_replica()
+        return nxt.load if nxt else 0
+
+    @property
+    def device(self) -> Device:
+        """The device of the replica the next request would go to."""
+        nxt = self._next_replica()
+        return nxt.device if nxt else self._nowhere
+
+    @property
+    def saturated(self) -> bool:
+        """Whether every ready replica holds its limit, counting other proxies' requests."""
+        return all(r.load >= self.limit for r in self.replicas if r.ready)
+
+    @property
+    def queue_full(self) -> bool:
+        """Whether a new request would be refused: it would wait and the queue is full."""
+        return self._would_wait() and self.queued >= self.max_queue
+
+    def _would_wait(self) -> bool:
+        free = self._free_replica()
+        return free is None or not free.device.admits(self.name)
+
+    def _free_replica(self) -> Replica | None:
+        """The ready replica with the fewest requests among those with a slot for this proxy."""
+        free = [r for r in self.replicas if r.ready and r.in_flight < self.limit]
+        return min(free, key=lambda r: (r.load, r.in_flight, r.last_used), default=None)
+
+    def _next_replica(self) -> Replica | None:
+        ready = [r for r in self.replicas if r.ready]
+        return self._free_replica() or min(
+            ready, key=lambda r: (r.load, r.in_flight, r.last_used), default=None
+        )
+
+    # --- requests --------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[SlotUse]:
+        """Hold a slot on the least loaded ready replica and its share of the device, waiting
+        in the bounded queue when every replica is full; raise when the queue is full.
+
+        With a replica free, nothing suspends between the caller's choice and the admission.
+        """
+        if self.queue_full:
+            raise BackendSaturatedError(
+                f"backend {self.name!r} is at its limit of {self.limit} concurrent requests "
+                f"on each of {sum(r.ready for r in self.replicas)} ready replicas with "
+                f"{self.queued} queued"
+            )
+        self.queued += 1
+        try:
+            replica = self._free_replica()
+            while replica is None:
+                await self._changed()
+                replica = self._free_replica()
+            replica.in_flight += 1
+            replica.last_used = time.monotonic()
+            try:
+                waited = await replica.device.admit(self.name)
+            except BaseException:
+                replica.in_flight -= 1
+                self._wake()
+                raise
+        finally:
+            self.queued -= 1
+        try:
+            yield SlotUse(device_wait_s=waited, base_url=replica.url, device=replica.device.name)
+        finally:
+            replica.in_flight -= 1
+            # Another proxy's llama-server: nothing to learn from waiting for it to go idle.
+            replica.device.release(self.name)
+            self._wake()
+            if replica.state == "gone" and replica.in_flight == 0:
+                self._forget(replica)
+
+    async def _changed(self) -> None:
+        """Wait until a replica frees a slot, becomes ready or appears."""
+        future = asyncio.get_running_loop().create_future()
+        self._waiters.append(future)
+        try:
+            await future
+        finally:
+            with contextlib.suppress(ValueError):
+                self._waiters.remove(future)
+
+    def _wake(self) -> None:
+        # Every waiter looks again, in arrival order; those that find nothing wait again.
+        while self._waiters:
+            future = self._waiters.popleft()
+            if not future.done():
+                future.set_result(None)
+
+    def mark_down(self, base_url: str | None = None) -> None:
+        """Take the replica a request just failed on out of routing (its health check decides
+        when it comes back); the backend serves on while another replica is ready."""
+        for replica in self.replicas:
+            if replica.url == base_url and replica.ready:
+                self._set_state(replica, "unhealthy")
+
+    # --- lifetime --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Find the replicas and begin checking them in the background."""
+        self._task = asyncio.create_task(self._run(), name=f"replicas-{self.name}")
+
+    async def wait_ready(self, timeout: float | None = None) -> bool:
+        """Wait until a replica is ready; False if timeout passes first."""
+        try:
+            await asyncio.wait_for(self._ready.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    async def stop(self) -> None:
+        """Stop checking replicas (they are not the proxy's to stop)."""
+        self._stopped = True
+        tasks = [t for t in (self._task, *self._watchers.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._ready.clear()
+
+    async def _run(self) -> None:
+        urls = self.spec.config.replica_urls
+        while True:
+            await self.refresh()
+            if not any(names_a_host(u) for u in urls):
+                return  # fixed addresses: nothing to resolve again
+            await asyncio.sleep(self.settings.resolve_interval_s)
+
+    async def refresh(self) -> None:
+        """Resolve the configured URLs again: add new replicas, retire those no longer listed.
+
+        A name that fails to resolve keeps the replicas it had: a DNS hiccup is not an outage.
+        """
+        found = await discover(self.spec.config.replica_urls, self._resolver)
+        wanted: dict[str, str] = {}  # replica URL -> configured URL
+        for origin, urls in found.items():
+            if isinstance(urls, str):
+                if self.resolve_errors.get(origin) != urls:
+                    log.warning("replica discovery failed", backend=self.name, error=urls)
+                self.resolve_errors[origin] = urls
+                wanted |= {r.url: origin for r in self.replicas if r.origin == origin}
+                continue
+            self.resolve_errors.pop(origin, None)
+            wanted |= dict.fromkeys(urls, origin)
+        have = {r.url: r for r in self.replicas if r.state != "gone"}
+        for url, origin in wanted.items():
+            if url not in have:
+                self._add(url, origin)
+        for url, replica in have.items():
+            if url not in wanted:
+                self._retire(replica)
+
+    def _add(self, url: str, origin: str) -> None:
+        cfg = self.spec.config
+        device = self._device_for(cfg.device or f"url:{url}")
+        replica = Replica(url, origin, device)
+        self.replicas.append(replica)
+        self._watchers[replica] = asyncio.create_task(
+            self._watch(replica), name=f"replica-{self.name}-{url}"
+        )
+        log.info("replica found", backend=self.name, replica=url)
+
+    def _retire(self, replica: Replica) -> None:
+        """No longer listed: no new requests; it leaves once its requests finish."""
+        task = self._watchers.pop(replica, None)
+        if task is not None:
+            task.cancel()
+        self._set_state(replica, "gone")
+        if replica.in_flight == 0:
+            self._forget(replica)
+
+    def _forget(self, replica: Replica) -> None:
+        if replica in self.replicas:
+            self.replicas.remove(replica)
+            self._failed_gone += replica.failed_health_checks
+
+    def _set_state(self, replica: Replica, state: ReplicaState) -> None:
+        if state == replica.state:
+            return
+        log.info(
+            "replica state",
+            backend=self.name,
+            replica=replica.url,
+            state=state,
+            previous=replica.state,
+        )
+        was = self.state
+        if state == "ready":
+            replica.report(None)  # what it held before it was out says nothing now
+        replica.state = state
+        if self.ready:
+            self._was_ready = True
+            self._ready.set()
+        else:
+            self._ready.clear()
+        if self.state != was:
+            log.info("backend state", backend=self.name, state=self.state, previous=was)
+        self._wake()
+
+    # --- checks ----------------------------------------------------------------------------
+
+    async def _watch(self, replica: Replica) -> None:
+        """Health-check the replica and read the requests it holds, until it is retired."""
+        failures = 0
+        next_health = 0.0
+        while True:
+            if time.monotonic() >= next_health:
+                if await self._healthy(replica):
+                    failures = 0
+                    self._set_state(replica, "ready")
+                elif replica.state != "starting":
+                    failures += 1
+                    replica.failed_health_checks += 1
+                    if failures >= _UNHEALTHY_AFTER:
+                        self._set_state(replica, "unhealthy")
+                starting = replica.state == "starting"
+                interval = _STARTING_POLL_S if starting else self.settings.health_interval_s
+                next_health = time.monotonic() + interval
+            if replica.ready:
+                await self._read_load(replica)
+            pause = min(self.settings.load_interval_s, next_health - time.monotonic())
+            await asyncio.sleep(max(pause, 0.0))
+
+    async def _healthy(self, replica: Replica) -> bool:
+        try:
+            async with self.session.get(
+                f"{replica.url}/health", timeout=aiohttp.ClientTimeout(total=_PROBE_TIMEOUT_S)
+            ) as resp:
+                return resp.status == 200
+        except (aiohttp.ClientError, TimeoutError):
+            return False
+
+    async def _read_load(self, replica: Replica) -> None:
+        """Ask the replica how many requests it holds, every proxy's together."""
+        own = replica.in_flight
+        held = await self._held(replica)
+        if held is None:
+            return
+        # A request of ours that started or ended during the poll may or may not be counted:
+        # take the larger own count, so no request is counted twice.
+        replica.report(held, max(own, replica.in_flight))
+
+    async def _held(self, replica: Replica) -> int | None:
+        """What the replica says it holds; None when it did not say (its last report stands)."""
+        timeout = aiohttp.ClientTimeout(total=_LOAD_TIMEOUT_S)
+        try:
+            if replica.load_source in (None, "metrics"):
+                async with self.session.get(f"{replica.url}/metrics", timeout=timeout) as resp:
+                    if resp.status == 200:
+                        replica.load_source = "metrics"
+                        return requests_held(await resp.text())
+                    if resp.status not in (404, 501):
+                        return None
+                # Started without --metrics (501): /slots, on by default, tells processing.
+                replica.load_source = "slots"
+            if replica.load_source == "slots":
+                async with self.session.get(f"{replica.url}/slots", timeout=timeout) as resp:
+                    if resp.status == 200:
+                        return slots_processing(await resp.json())
+                log.warning(
+                    "replica reports no load (started with --no-slots and without --metrics); "
+                    "other proxies' requests on it are not counted",
+                    backend=self.name,
+                    replica=replica.url,
+                )
+                replica.load_source = "none"
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return None
+        return None
