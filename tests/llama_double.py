@@ -217,6 +217,9 @@ class LlamaServerDouble:
             "timings": self.timings(n),
         }
         yield n, final
+        if (body.get("stream_options") or {}).get("include_usage"):
+            usage = {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": n + 5}
+            yield n + 1, {**final, "choices": [], "usage": usage}
 
 
 async def start_double(

@@ -132,3 +132,26 @@ async def test_pinned_requests_for_backends_on_one_device_take_turns(tmp_path: P
         assert health["devices"]["gpu0"]["waits"] >= 1
         text = await (await proxy.http.get("/metrics")).text()
         assert 'specproxy_device_capacity{device="gpu0"} 1.0' in text
+
+
+async def test_a_whole_answer_is_assembled_from_a_stream_and_a_leaving_client_stops_it(
+    tmp_path: Path,
+) -> None:
+    async with fast_proxy(tmp_path) as proxy:
+        double = proxy.doubles["plain"]
+        answer = await proxy.openai().chat.completions.create(
+            model="plain",
+            messages=HELLO,
+            max_tokens=3,  # type: ignore[arg-type]
+        )
+        assert answer.choices[0].message.content == "w0 w1 w2 "
+        assert answer.usage is not None and answer.usage.completion_tokens == 3
+        assert double.received[-1]["stream"] is True  # asked upstream as a stream
+        double.behaviour.token_delay_s = 0.2
+        with pytest.raises(openai.APITimeoutError):
+            await proxy.openai(timeout=0.3).chat.completions.create(
+                model="plain",
+                messages=HELLO,  # type: ignore[arg-type]
+            )
+        await asyncio.sleep(0.5)
+        assert double.processing == 0, "llama-server kept generating for a client that left"

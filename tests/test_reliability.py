@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -119,10 +120,10 @@ def test_client_disconnect_frees_the_slot_and_spares_other_streams(proxy: Runnin
     assert not any("error" in e for e in events)
 
 
-def test_client_timeout_on_a_non_streamed_request_releases_the_proxy(proxy: RunningProxy) -> None:
-    # The proxy drops the request at once. llama-server build 11434 itself keeps generating a
-    # non-streamed answer whose client left (seen with curl straight at it), so only the proxy's
-    # side is asserted here; streamed requests are cancelled upstream (test above).
+def test_client_leaving_a_non_streamed_request_frees_the_slot(proxy: RunningProxy) -> None:
+    # llama-server build 11434 keeps generating a non-streamed answer whose client left (seen
+    # with curl straight at it), so the proxy streams upstream and assembles the answer itself:
+    # the client leaving closes that stream, which llama-server does notice.
     url = backend_url(proxy, "plain")
     assert wait_until(lambda: not slot_busy(url), 60), "another test left the backend busy"
     client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="x", max_retries=0, timeout=0.5)
@@ -132,7 +133,30 @@ def test_client_timeout_on_a_non_streamed_request_releases_the_proxy(proxy: Runn
         )
     in_flight = lambda: proxy.health()["backends"]["plain"]["in_flight"]  # type: ignore[index]  # noqa: E731
     assert wait_until(lambda: in_flight() == 0, 1.0), "the proxy still counts the request"
-    assert wait_until(lambda: not slot_busy(url), 60)
+    assert wait_until(lambda: not slot_busy(url), 1.0), "slot still busy 1 s after the client left"
+
+
+def test_a_whole_answer_assembled_from_the_stream_matches_llama_servers_own(
+    proxy: RunningProxy,
+) -> None:
+    url = backend_url(proxy, "plain")
+    body = {"messages": LONG, "max_tokens": 24, "temperature": 0, "seed": 1}
+    request = urllib.request.Request(
+        f"{url}/v1/chat/completions",
+        json.dumps(body).encode(),
+        {"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as resp:
+        direct = json.load(resp)
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="x", max_retries=0, timeout=60)
+    raw = client.chat.completions.with_raw_response.create(model="plain", **body)
+    through = raw.parse()
+    assert through.choices[0].message.content == direct["choices"][0]["message"]["content"]
+    assert through.choices[0].finish_reason == direct["choices"][0]["finish_reason"]
+    assert through.usage is not None
+    assert through.usage.completion_tokens == direct["usage"]["completion_tokens"]
+    assert through.usage.prompt_tokens == direct["usage"]["prompt_tokens"]
+    assert json.loads(raw.text)["timings"]["predicted_n"] == direct["timings"]["predicted_n"]
 
 
 def test_backend_killed_mid_stream_ends_cleanly_and_auto_moves_on(pair: RunningProxy) -> None:

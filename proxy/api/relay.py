@@ -14,6 +14,7 @@ import aiohttp
 from aiohttp import web
 
 from proxy.api import anthropic
+from proxy.api.assemble import AnswerAssembler, AnswerKind
 from proxy.api.errors import ApiError
 from proxy.api.sse import StreamRewriter
 from proxy.api.tokens import StreamTally, counts_of
@@ -80,6 +81,9 @@ class Wire:
     # Tokenizing and templating depend on the input alone: when llama-server throws on one
     # (a token id beyond the vocabulary is its 500), the request is what is wrong.
     input_faults_are_400: bool = False
+    # OpenAI answers the proxy assembles from a stream when the client asked for a whole one,
+    # so a client that leaves stops generation (see proxy.api.assemble).
+    assemble: AnswerKind | None = None
 
     def sse_error(self, status: int, message: str, code: str) -> bytes:
         """An error event for a stream that fails after it started."""
@@ -109,6 +113,14 @@ async def relay(
     """
     start = time.monotonic()
     stream = bool(body.get("stream"))
+    assemble = None if stream else wire.assemble
+    if assemble is not None:
+        body = {
+            **body,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "timings_per_token": True,
+        }
     wait = timeouts.first_token_s if stream else timeouts.whole_answer_s
     try:
         async with asyncio.timeout(wait):
@@ -124,7 +136,12 @@ async def relay(
     response: web.StreamResponse
     try:
         measured.status = upstream.status
-        if not stream or upstream.status != 200:
+        if assemble is not None and upstream.status == 200:
+            remaining = timeouts.whole_answer_s - (time.monotonic() - start)
+            response = await _relay_assembled(
+                upstream, headers, measured, backend, remaining, timeouts.whole_answer_s, assemble
+            )
+        elif not stream or upstream.status != 200:
             remaining = timeouts.whole_answer_s - (time.monotonic() - start)
             response = await _relay_whole(
                 upstream, headers, measured, backend, remaining, timeouts.whole_answer_s, wire
@@ -188,6 +205,48 @@ async def _relay_whole(
         content_type=upstream.content_type or "application/json",
         headers=headers,
     )
+
+
+async def _relay_assembled(
+    upstream: aiohttp.ClientResponse,
+    headers: Mapping[str, str],
+    measured: Measurement,
+    backend: str,
+    remaining_s: float,
+    limit_s: float,
+    kind: AnswerKind,
+) -> web.Response:
+    """Read a stream to its end and answer it whole, as llama-server would have."""
+    assembler = AnswerAssembler(kind)
+    tally = measured.tally = StreamTally()
+    pending = b""
+    try:
+        async with asyncio.timeout(remaining_s):
+            async for chunk in upstream.content.iter_any():
+                tally.scan(chunk)
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    if not line.startswith(b"data: {"):
+                        continue
+                    event = json.loads(line[6:])
+                    if isinstance(event, dict) and "error" in event:
+                        # An error after the stream began: the whole answer is that error.
+                        err = event["error"]
+                        measured.status = 500
+                        measured.error = str(err.get("message") if isinstance(err, dict) else err)
+                        return web.json_response({"error": err}, status=500, headers=headers)
+                    if isinstance(event, dict):
+                        assembler.feed(event)
+    except TimeoutError:
+        raise _timed_out(backend, f"did not finish within {limit_s:g} s") from None
+    except aiohttp.ClientError as exc:
+        raise _upstream_down(backend, exc) from exc
+    except ValueError as exc:
+        raise _upstream_down(backend, exc) from exc
+    answer = assembler.answer()
+    measured.tally = None
+    measured.timings = counts_of(answer)
+    return web.json_response(answer, headers=headers)
 
 
 async def _relay_stream(

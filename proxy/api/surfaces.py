@@ -78,10 +78,12 @@ _ANTHROPIC = Wire(
     anthropic_errors=True, rewriter=lambda body: MessagesStreamFix(str(body.get("model", "")))
 )
 _INPUT_ONLY = Wire(input_faults_are_400=True)
+_WHOLE_CHAT = Wire(assemble="chat")
+_WHOLE_TEXT = Wire(assemble="completions")
 
 SURFACES: tuple[Surface, ...] = (
-    Surface("/v1/chat/completions", "chat", v.check_chat, "classifier"),
-    Surface("/v1/completions", "completions", v.check_completions, "classifier"),
+    Surface("/v1/chat/completions", "chat", v.check_chat, "classifier", wire=_WHOLE_CHAT),
+    Surface("/v1/completions", "completions", v.check_completions, "classifier", wire=_WHOLE_TEXT),
     Surface(
         "/v1/responses",
         "responses",
