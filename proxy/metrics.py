@@ -15,16 +15,14 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from proxy.api.relay import Measurement
-from proxy.api.surfaces import SURFACES
 from proxy.backends.devices import Device
 from proxy.backends.external import ExternalBackend
 from proxy.backends.pool import Backend
 from proxy.log import get_logger
-from proxy.routing.classifier import TASK_CLASSES
+from proxy.measurement import Measurement
 from proxy.routing.policy import RouteReason
 from proxy.routing.scoreboard import Scoreboard
-from proxy.tasks import FIM_TASK, ROUTED_TASKS
+from proxy.tasks import ROUTED_TASKS
 
 # The classic text format: what Prometheus 2.x negotiates and every scraper reads.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -58,7 +56,13 @@ class RequestRecord:
 class ProxyMetrics:
     """A registry of its own (one per app, so apps and tests never collide) and its instruments."""
 
-    def __init__(self, spec_types: Mapping[str, str | None], scoreboard: Scoreboard) -> None:
+    def __init__(
+        self,
+        spec_types: Mapping[str, str | None],
+        scoreboard: Scoreboard,
+        endpoint_tasks: Mapping[str, Sequence[str]],
+    ) -> None:
+        """endpoint_tasks: each generating endpoint and the task classes its requests get."""
         self.registry = CollectorRegistry()
         self._spec_types = {name: spec or "none" for name, spec in spec_types.items()}
         self.registry.register(_ScoreboardCollector(scoreboard))
@@ -153,10 +157,9 @@ class ProxyMetrics:
                     metric.labels(*labels)
                 for reason in get_args(RouteReason):
                     self.route_decisions.labels(*labels, reason)
-            for surface in SURFACES:
-                tasks = (FIM_TASK,) if surface.fixed_task else TASK_CLASSES
-                for task in tasks if surface.generates else ():
-                    self.requests.labels(surface.endpoint, name, spec, task, "200")
+            for endpoint, tasks in endpoint_tasks.items():
+                for task in tasks:
+                    self.requests.labels(endpoint, name, spec, task, "200")
 
     def observe(self, record: RequestRecord) -> None:
         """Count one finished request; called exactly once per request, errors included."""

@@ -14,6 +14,7 @@ from proxy.api.auth import api_key_middleware
 from proxy.api.errors import openai_errors
 from proxy.api.routes import add_routes
 from proxy.api.state import METRICS, POOL, ROUTER, SESSION, SETTINGS
+from proxy.api.surfaces import SURFACES
 from proxy.backends.discovery import Resolver
 from proxy.backends.launch import LaunchSpec
 from proxy.backends.pool import BackendPool
@@ -49,7 +50,11 @@ def build_app(
         speculation_margin=settings.speculation_margin,
     )
     app[ROUTER] = Router(TaskClassifier(), policy, scoreboard, ModelAliases(settings.model_aliases))
-    app[METRICS] = ProxyMetrics({s.config.name: s.config.spec_type for s in specs}, scoreboard)
+    app[METRICS] = ProxyMetrics(
+        {s.config.name: s.config.spec_type for s in specs},
+        scoreboard,
+        {s.endpoint: s.tasks for s in SURFACES if s.generates},
+    )
 
     async def backends_ctx(app: web.Application) -> AsyncIterator[None]:
         timeout = aiohttp.ClientTimeout(total=None, connect=settings.connect_timeout_s)

@@ -7,7 +7,7 @@ import contextlib
 import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -17,7 +17,8 @@ from proxy.api import anthropic
 from proxy.api.assemble import AnswerAssembler, AnswerKind
 from proxy.api.errors import ApiError
 from proxy.api.sse import StreamRewriter
-from proxy.api.tokens import StreamTally, counts_of
+from proxy.measurement import Measurement
+from proxy.tokens import StreamTally, counts_of
 
 
 @dataclass(frozen=True)
@@ -30,27 +31,6 @@ class RelayTimeouts:
 
 
 CLIENT_GONE = "client disconnected"
-
-
-@dataclass
-class Measurement:
-    """What the relay saw of one request: status, first-token time and its token counts."""
-
-    status: int = 0
-    ttft_s: float | None = None
-    duration_s: float = 0.0
-    # llama.cpp's timings, or for answers without them the usage counts under the same keys
-    # (proxy.api.tokens); a stream's are settled when it ends, however it ends.
-    timings: dict[str, Any] = field(default_factory=dict)
-    error: str | None = None
-    device_wait_s: float = 0.0
-    tally: StreamTally | None = None
-
-    def settle(self) -> None:
-        """Take a stream's token counts from what it carried (its last timings, or usage)."""
-        if self.tally is not None:
-            self.timings = self.tally.counts() or self.timings
-            self.tally = None
 
 
 def _upstream_down(backend: str, exc: BaseException) -> ApiError:

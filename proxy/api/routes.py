@@ -15,7 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from proxy.api.errors import ApiError
-from proxy.api.relay import CLIENT_GONE, Measurement, RelayTimeouts, relay
+from proxy.api.relay import CLIENT_GONE, RelayTimeouts, relay
 from proxy.api.state import METRICS, POOL, ROUTER, SESSION, SETTINGS
 from proxy.api.surfaces import SURFACES, Surface
 from proxy.backends.external import ExternalBackend
@@ -23,6 +23,7 @@ from proxy.backends.pool import Backend
 from proxy.backends.supervisor import BackendSaturatedError, SlotUse
 from proxy.llamacpp import Timings
 from proxy.log import get_logger
+from proxy.measurement import Measurement
 from proxy.metrics import CONTENT_TYPE, RequestRecord
 from proxy.routing.policy import RoutableBackend
 from proxy.routing.router import NoBackendError, UnknownModelError, fim_outcome

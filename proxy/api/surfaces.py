@@ -17,7 +17,7 @@ from proxy.api import validation as v
 from proxy.api.anthropic import MessagesStreamFix
 from proxy.api.relay import OPENAI_WIRE, Wire
 from proxy.api.responses_stream import ResponsesStreamFix
-from proxy.tasks import FIM_TASK
+from proxy.tasks import FIM_TASK, TASK_CLASSES
 
 # "classifier": the class of the body; "fim": always FIM; None: passthrough, not routed by speed.
 TaskSource = Literal["classifier", "fim"]
@@ -67,6 +67,11 @@ class Surface:
     def generates(self) -> bool:
         """Whether the surface generates tokens, so it is routed by measured speed and counted."""
         return self.task is not None
+
+    @property
+    def tasks(self) -> tuple[str, ...]:
+        """The task classes this surface's requests are routed as."""
+        return (FIM_TASK,) if self.task == "fim" else TASK_CLASSES if self.generates else ()
 
     @property
     def fixed_task(self) -> str | None:
