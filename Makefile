@@ -26,7 +26,7 @@ serve: provision
 	$(SPECPROXY) serve
 
 test: $(STAMP) system-deps
-	$(BIN)/specproxy --config tests/configs/test.yaml provision
+	$(BIN)/specproxy --config tests/configs/test.yaml provision qwen2.5-coder-0.5b
 	$(BIN)/pytest -ra $(PYTEST_ARGS)
 
 # The in-process tier: no llama-server, no models, seconds.

@@ -21,6 +21,8 @@ import pytest
 from tests.conftest import RunningProxy, get_json, start_proxy
 from tests.test_metrics import scrape, wait_quiet
 
+pytestmark = pytest.mark.integration
+
 BACKENDS = {"plain", "draft", "ngram"}
 TASKS = {"code", "prose", "echo"}
 HELLO = "Say hello in five words."
