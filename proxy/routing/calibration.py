@@ -54,7 +54,7 @@ async def calibrate(
 
     Several prompts per class, so that one prompt that happens to suit a backend does not
     decide the class. Cells already holding that many samples (a saved scoreboard) are
-    skipped. Returns the number of requests sent.
+    skipped. Returns the number of measurements recorded.
     """
     todo = []
     for task in ROUTED_TASKS:
@@ -70,7 +70,6 @@ async def calibrate(
         for request in requests:
             if not backend.ready:
                 break
-            sent += 1
             try:
                 async with (
                     backend.slot() as use,
@@ -99,6 +98,7 @@ async def calibrate(
             if task == FIM_TASK:
                 outcome = fim_outcome(outcome, timings)
             scoreboard.record(outcome)
+            sent += 1
             log.info(
                 "calibrating",
                 step=f"{i}/{len(todo)}",
