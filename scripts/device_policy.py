@@ -47,7 +47,7 @@ POLICIES: dict[str, tuple[int, int]] = {
     "partitioned": (1, 2),
 }
 PROMPT = "Write a Python function that merges overlapping intervals, with a docstring and tests."
-CELL_TIMEOUT_S = 240.0
+CELL_TIMEOUT_S = 120.0
 
 
 @dataclass
