@@ -8,6 +8,10 @@ for pair in cmake:cmake g++:g++ ninja:ninja-build ccache:ccache prometheus:prome
   command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair##*:}")
 done
 [ ${#need[@]} -eq 0 ] && exit 0
+# podman's own helpers, as installed where the image tests were first run (networking, ids).
+for pkg in "${need[@]}"; do
+  [ "$pkg" = podman ] && need+=(buildah netavark aardvark-dns uidmap slirp4netns fuse-overlayfs)
+done
 if ! command -v apt-get >/dev/null 2>&1; then
   echo "specproxy: please install: ${need[*]} (or set SPECPROXY_LLAMA_SERVER to your llama-server)" >&2
   exit 1
