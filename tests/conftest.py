@@ -43,6 +43,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
 
 
+def wait_until(condition, timeout: float) -> bool:  # type: ignore[no-untyped-def]
+    """Poll condition every 50 ms until it holds (True) or timeout passes (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def free_port() -> int:
     """A loopback port nobody listens on right now."""
     with socket.socket() as sock:

@@ -15,7 +15,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.conftest import RunningProxy, get_json, start_proxy
+from tests.conftest import RunningProxy, get_json, start_proxy, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -41,15 +41,6 @@ def slot_busy(backend_url: str) -> bool:
 
 def backend_url(proxy: RunningProxy, name: str) -> str:
     return str(proxy.health()["backends"][name]["url"])  # type: ignore[index]
-
-
-def wait_until(condition, timeout: float) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 OPEN: list[http.client.HTTPConnection] = []

@@ -14,7 +14,7 @@ import pytest
 
 from proxy.backends.launch import free_port, prepare_backends
 from proxy.config import Settings
-from tests.conftest import RunningProxy, get_json, start_proxy
+from tests.conftest import RunningProxy, get_json, start_proxy, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -106,20 +106,11 @@ def level_of_one_request(proxy: RunningProxy) -> str:
         return str(resp.headers["X-Specproxy-Load-Level"])
 
 
-def wait_for(condition, timeout: float = 10) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_traffic_through_one_proxy_is_load_the_other_routes_by(
     two_proxies: tuple[RunningProxy, RunningProxy],
 ) -> None:
     a, b = two_proxies
-    assert wait_for(lambda: replica(b)["reported"] == 0), replica(b)
+    assert wait_until(lambda: replica(b)["reported"] == 0, 10), replica(b)
     assert level_of_one_request(b) == "1"
 
     client = openai.OpenAI(base_url=f"{a.url}/v1", api_key="unused", max_retries=0, timeout=120)
@@ -142,7 +133,7 @@ def test_traffic_through_one_proxy_is_load_the_other_routes_by(
     try:
         assert started.wait(60), "proxy A's stream never started"
         # B has nothing in flight, yet sees the request A sent: llama-server reports it.
-        assert wait_for(lambda: replica(b)["load"] == 1 and not done.is_set()), replica(b)
+        assert wait_until(lambda: replica(b)["load"] == 1 and not done.is_set(), 10), replica(b)
         shown = replica(b)
         assert shown["in_flight"] == 0 and shown["reported"] == 1
         assert shown["load_source"] == "metrics"
@@ -160,6 +151,6 @@ def test_traffic_through_one_proxy_is_load_the_other_routes_by(
     finally:
         thread.join(120)
     assert done.is_set()
-    assert wait_for(lambda: replica(b)["load"] == 0), replica(b)
+    assert wait_until(lambda: replica(b)["load"] == 0, 10), replica(b)
     assert level_of_one_request(b) == "1"
-    assert wait_for(lambda: replica(a)["load"] == 0), replica(a)
+    assert wait_until(lambda: replica(a)["load"] == 0, 10), replica(a)
