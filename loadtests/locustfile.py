@@ -26,7 +26,7 @@ from locust.env import Environment
 from locust.exception import StopUser
 
 from loadtests.measure import Sample, summarise, write_samples
-from loadtests.prompts import PROMPTS, Messages
+from loadtests.prompts import PROMPTS, Messages, prompt_sequence
 from proxy.llamacpp import Timings
 
 log = logging.getLogger("loadtests")
@@ -64,6 +64,20 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         help="stop after issuing this many requests in all; 0 runs until --run-time",
     )
     parser.add_argument(
+        "--prompt-start",
+        type=int,
+        default=0,
+        env_var="LOCUST_PROMPT_START",
+        help="first prompt of the class's pool to send (the sweep gives each cell its own)",
+    )
+    parser.add_argument(
+        "--prompt-count",
+        type=int,
+        default=0,
+        env_var="LOCUST_PROMPT_COUNT",
+        help="prompts of the pool to send from --prompt-start, then again; 0: the whole pool",
+    )
+    parser.add_argument(
         "--api-key",
         default="",
         env_var="LOCUST_API_KEY",
@@ -91,6 +105,8 @@ class LoadOptions:
     temperature: float
     stream: bool
     requests: int
+    prompt_start: int
+    prompt_count: int
     api_key: str
     results_file: Path | None
 
@@ -106,6 +122,8 @@ class LoadOptions:
             temperature=opts.temperature,
             stream=opts.stream == "true",
             requests=opts.requests,
+            prompt_start=opts.prompt_start,
+            prompt_count=opts.prompt_count,
             api_key=opts.api_key,
             results_file=Path(opts.results_file) if opts.results_file else None,
         )
@@ -118,10 +136,13 @@ class _RunState:
         self.issued = 0
         self.in_flight = 0
         self.samples: list[Sample] = []
+        self.prompts: Iterator[tuple[str, Messages]] = iter(())
 
-    def reset(self) -> None:
+    def reset(self, prompts: list[tuple[str, Messages]]) -> None:
         """Forget the previous run (the web UI can start several in one process)."""
         self.issued, self.in_flight, self.samples = 0, 0, []
+        # One sequence for all users, so concurrent users send different prompts.
+        self.prompts = itertools.cycle(prompts)
 
     def claim(self, limit: int) -> bool:
         """Take a request ticket; False once `limit` (if any) have been issued."""
@@ -132,20 +153,10 @@ class _RunState:
 
 
 _RUN = _RunState()
-_USER_IDS = itertools.count()
 
 
 class _Failed(Exception):
     """The answer was not a complete completion with llama.cpp's timings."""
-
-
-def _prompts(task_class: str, offset: int) -> Iterator[tuple[str, Messages]]:
-    """(task, messages) pairs forever; users start at different offsets to send different text."""
-    classes = list(PROMPTS) if task_class == "mixed" else [task_class]
-    # Interleaved, so a mixed run alternates code, prose and echo.
-    rounds = itertools.zip_longest(*(PROMPTS[c] for c in classes))
-    pairs = [(c, p) for r in rounds for c, p in zip(classes, r, strict=True) if p is not None]
-    return itertools.islice(itertools.cycle(pairs), offset % len(pairs), None)
 
 
 def _read_stream(resp: requests.Response, sample: Sample, t0: float) -> tuple[dict[str, Any], int]:
@@ -187,7 +198,7 @@ class _ChatUser(User):
     wait_time = constant(0)
 
     def on_start(self) -> None:
-        """Open a connection pool, read the options and pick a prompt sequence."""
+        """Open a connection pool and read the options."""
         self.http = requests.Session()
         if not self.host:
             raise StopUser("set --host to the proxy's URL")
@@ -195,7 +206,6 @@ class _ChatUser(User):
         self.options = LoadOptions.of(self.environment)
         if self.options.api_key:
             self.http.headers["Authorization"] = f"Bearer {self.options.api_key}"
-        self.prompts = _prompts(self.options.task, next(_USER_IDS))
 
     def on_stop(self) -> None:
         """Close the connection pool."""
@@ -210,7 +220,7 @@ class _ChatUser(User):
                 assert self.environment.runner is not None
                 self.environment.runner.quit()
             raise StopUser()
-        task_class, messages = next(self.prompts)
+        task_class, messages = next(_RUN.prompts)
         sample = Sample(start=time.time(), task=task_class, model=opts.model, stream=opts.stream)
         t0 = time.perf_counter()
         size = 0
@@ -311,7 +321,8 @@ class BatchedUser(_ChatUser):
 
 
 def _on_test_start(environment: Environment, **_: Any) -> None:
-    _RUN.reset()
+    opts = LoadOptions.of(environment)
+    _RUN.reset(prompt_sequence(opts.task, opts.prompt_start, opts.prompt_count))
 
 
 def _on_test_stop(environment: Environment, **_: Any) -> None:

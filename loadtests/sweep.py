@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtests.measure import RunSummary, read_samples, summarise
-from loadtests.prompts import PROMPTS
+from loadtests.prompts import PROMPTS, Messages
 from loadtests.report import (
     AUTO,
     Cell,
@@ -218,19 +218,57 @@ def _wait_idle(url: str, timeout: float, api_key: str | None = None) -> bool:
     return timeout <= 0
 
 
+def warm_up_prompts(task: str) -> list[Messages]:
+    """One prompt per distinct prefix (system prompt, pasted file) of the task's pool.
+
+    Taken from the end of the pool, which ``prompt_slices`` keeps out of every cell.
+    """
+    prefixes: dict[str, Messages] = {}
+    for messages in reversed(PROMPTS[task]):
+        # An edit's prefix runs to the end of its pasted file; a question's is its system prompt.
+        user = messages[-1]["content"]
+        pasted = user.rfind("```")
+        prefixes.setdefault(messages[0]["content"] + user[: max(pasted, 0)], messages)
+    return list(prefixes.values())
+
+
+def prompt_slices(
+    plan: list[tuple[str, int, str]], pool_sizes: dict[str, int]
+) -> dict[tuple[str, int, str], tuple[int, int]]:
+    """Each cell's own (start, count) in its class's pool, more for more concurrent users.
+
+    No two cells share a prompt, so every mode meets prompts that no backend has answered
+    before: ngram-mod remembers every answer it generated, and a mode run after another on the
+    same prompts would be measured on that memory rather than on its own merit. A cell that
+    uses up its slice starts it again (its own prompts only).
+    """
+    slices: dict[tuple[str, int, str], tuple[int, int]] = {}
+    for task, size in pool_sizes.items():
+        cells = [c for c in plan if c[0] == task]
+        # Weighted by level + 2: a single stream sends fewer requests, but not 8x fewer.
+        weight = sum(level + 2 for _, level, _ in cells)
+        start = 0
+        for cell in cells:
+            count = max(1, size * (cell[1] + 2) // weight)
+            slices[cell] = (start % size, count)
+            start += count
+    return slices
+
+
 def warm_prompt_caches(opts: SweepOptions, task: str, backends: list[str]) -> None:
-    """Send each of the task's prompts once to each pinned backend, one token long.
+    """Send each distinct prompt prefix of the task once to each pinned backend, one token long.
 
     Every backend serves the same target model, so prompt processing says nothing about
-    speculation, yet on a small CPU a cold 200-token prompt takes longer than a whole cell.
-    llama-server keeps processed prompts (slots plus its RAM cache), so the cells then measure
-    generation under load rather than who saw a prompt first.
+    speculation, yet on a small CPU a cold 1,500-token file takes longer than a whole cell.
+    The pool's requests differ only after their shared prefix (a system prompt, a pasted
+    file), which llama-server keeps once processed (slots plus its RAM cache), so the cells
+    then measure generation under load rather than who saw a file first.
     """
     headers = {"Content-Type": "application/json", **_auth(opts.api_key)}
     for backend in backends:
         if backend == AUTO or backend.startswith(f"{AUTO}-"):
             continue
-        for messages in PROMPTS[task]:
+        for messages in warm_up_prompts(task):
             body = {"model": backend, "max_tokens": 1, "messages": list(messages)}
             request = urllib.request.Request(
                 f"{opts.url}/v1/chat/completions", json.dumps(body).encode(), headers
@@ -243,8 +281,10 @@ def warm_prompt_caches(opts: SweepOptions, task: str, backends: list[str]) -> No
                 return
 
 
-def run_cell(opts: SweepOptions, task: str, backend: str, level: int) -> RunSummary:
-    """One headless locust run; its stats, log and samples land in <out>/cells/."""
+def run_cell(
+    opts: SweepOptions, task: str, backend: str, level: int, prompts: tuple[int, int]
+) -> RunSummary:
+    """One headless locust run on its own prompts; stats, log and samples land in <out>/cells/."""
     cells = opts.out / "cells"
     cells.mkdir(parents=True, exist_ok=True)
     name = f"{task}-{backend}-c{level}"
@@ -260,6 +300,7 @@ def run_cell(opts: SweepOptions, task: str, backend: str, level: int) -> RunSumm
         "--model", backend, "--task", task, "--max-tokens", str(opts.max_tokens),
         "--temperature", str(opts.temperature), "--stream", "true" if opts.stream else "false",
         "--requests", str(opts.requests_per_user * level), "--results-file", str(results),
+        "--prompt-start", str(prompts[0]), "--prompt-count", str(prompts[1]),
     ]  # fmt: skip
     # The key travels in the environment, not on a command line others can read.
     env = {**os.environ, "LOCUST_API_KEY": opts.api_key or ""}
@@ -303,7 +344,8 @@ def _describe(opts: SweepOptions) -> str:
     stream = "streamed" if opts.stream else "not streamed"
     return (
         f"max_tokens {opts.max_tokens}, temperature {opts.temperature}, {stream}; "
-        f"each cell: {stop}; {time.strftime('%Y-%m-%d %H:%M')}."
+        f"each cell: {stop}, on prompts of its own (no backend meets a prompt it has answered "
+        f"before, so no mode gains from another's history); {time.strftime('%Y-%m-%d %H:%M')}."
     )
 
 
@@ -330,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     plan = [(t, lv, b) for t in opts.tasks for lv in opts.levels for b in backends]
+    # The pool's last prompts warm the caches; the cells share out the others.
+    slices = prompt_slices(plan, {t: len(PROMPTS[t]) - len(warm_up_prompts(t)) for t in opts.tasks})
     bound = len(plan) * (opts.seconds + opts.drain + _CELL_OVERHEAD_S) / 60
     print(
         f"{len(plan)} cells ({', '.join(backends)}): about {bound:.0f} min, plus what cut "
@@ -348,7 +392,8 @@ def main(argv: list[str] | None = None) -> int:
                 warm_prompt_caches(opts, task, backends)
             if not _wait_idle(opts.url, opts.idle_timeout, opts.api_key):
                 print(f"backends still busy after {opts.idle_timeout:.0f} s; measuring anyway")
-            cell = Cell(task, backend, level, run_cell(opts, task, backend, level))
+            summary = run_cell(opts, task, backend, level, slices[(task, level, backend)])
+            cell = Cell(task, backend, level, summary)
             cells.append(cell)
             print(f"[{i}/{len(plan)}] {_line(cell)}", flush=True)
             if cell.summary.first_error:

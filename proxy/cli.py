@@ -21,6 +21,7 @@ from proxy.config import ConfigError, Settings, load_settings
 from proxy.llamacpp import DRAFT_N_MAX_SWEEP
 from proxy.log import configure_logging, get_logger
 from proxy.preflight import PreflightError, bind_listener, check_files
+from proxy.prompts import BENCH_TASKS
 from proxy.provision.models import CATALOG, GENERATED, resolve_model
 from proxy.provision.pypi import ProvisionError
 
@@ -132,7 +133,11 @@ def main(argv: list[str] | None = None) -> int:
     p_bench.add_argument("--out", type=Path, default=Path("bench-results"))
     p_bench.add_argument("--tokens", type=int, default=150, help="tokens generated per run")
     p_bench.add_argument("--repeats", type=int, default=1, help="runs per cell (median)")
-    p_bench.add_argument("--tasks", default="prose,code,echo")
+    p_bench.add_argument(
+        "--tasks",
+        default=",".join(BENCH_TASKS),
+        help="prose, code, echo (a short rewrite), edit (a whole-file edit of a real module)",
+    )
     p_bench.add_argument("--temperatures", default="0,1")
     p_bench.add_argument(
         "--n-max", default=",".join(map(str, DRAFT_N_MAX_SWEEP)), help="draft n-max sweep"
@@ -158,6 +163,14 @@ def main(argv: list[str] | None = None) -> int:
                 )
             return 0
         if args.command == "bench":
+            unknown = set(args.tasks.split(",")) - set(BENCH_TASKS)
+            if unknown:
+                print(
+                    f"specproxy bench: unknown task {', '.join(sorted(unknown))}; "
+                    f"--tasks takes a comma-separated list of {', '.join(BENCH_TASKS)}",
+                    file=sys.stderr,
+                )
+                return 2
             summary = asyncio.run(
                 bench(
                     settings,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
+
+from proxy.workload import of_task
 
 _LRU = """class LRUCache:
     def __init__(self, capacity):
@@ -38,12 +40,24 @@ REFERENCE_PROMPTS: dict[str, str] = {
 }
 
 
+# `specproxy bench`'s echo-heavy row: a whole-file edit of a real module (the workload's
+# shortest), in the shape editing assistants send, where n-gram speculation has most to copy.
+EDIT_TASK: Final = "edit"
+BENCH_TASKS: Final = (*REFERENCE_PROMPTS, EDIT_TASK)
+
+
+def _messages(task: str) -> list[dict[str, str]]:
+    if task == EDIT_TASK:
+        return next(r.messages for r in of_task("echo") if r.kind == "whole-file edit")
+    return [{"role": "user", "content": REFERENCE_PROMPTS[task]}]
+
+
 def chat_body(
     task: str, max_tokens: int, temperature: float = 0.0, seed: int = 42
 ) -> dict[str, Any]:
-    """An OpenAI chat request for a task class's reference prompt."""
+    """An OpenAI chat request for a bench task's reference prompt (``BENCH_TASKS``)."""
     return {
-        "messages": [{"role": "user", "content": REFERENCE_PROMPTS[task]}],
+        "messages": _messages(task),
         "max_tokens": max_tokens,
         "temperature": temperature,
         "seed": seed,

@@ -15,12 +15,22 @@ running Python's standard library (PSF licence), read at run time, not invented 
 
 Requests come in a fixed order, shortest files first within a class, so the first few of a
 class (what calibration uses) are the cheapest to process.
+
+``measurement_pool`` holds the requests that measure (the routing benchmark, the load tests),
+in the same shapes but never the ones calibration sends: ngram-mod remembers every prompt and
+answer it has served, so a request it saw before comes back faster, and a measurement on
+calibration requests, or on requests another mode has just sent, rewards history, not routing.
+Its echo requests are whole-file and search/replace edits generated for each function of four
+other standard-library modules; its code and prose requests ask to implement, or to explain,
+documented functions of the standard library (their signatures and docstrings).
 """
 
 from __future__ import annotations
 
 import ast
+import itertools
 import sysconfig
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -224,3 +234,124 @@ def of_task(task: str) -> list[WorkloadRequest]:
 def chat_tasks() -> list[str]:
     """Task classes that the workload asks through chat completions."""
     return sorted({r.task for r in workload() if r.path == "/v1/chat/completions"})
+
+
+# --------------------------------------------------------------------------- measurement pool
+
+# Modules whose functions the pool's edits change; none of them is a calibration file.
+_POOL_FILES: Final = ("signal.py", "curses/ascii.py", "email/parser.py", "wsgiref/simple_server.py")
+# Modules whose documented functions the pool's new-code and technical questions are about.
+_API_MODULES: Final = (
+    "textwrap", "shlex", "posixpath", "heapq", "statistics", "calendar", "base64", "difflib",
+    "filecmp", "ipaddress", "mimetypes", "quopri", "shutil", "tempfile", "functools", "copy",
+    "pprint", "glob", "fileinput", "hmac", "secrets", "uuid", "traceback", "warnings",
+    "inspect", "tokenize", "contextlib", "string", "gettext", "dis",
+)  # fmt: skip
+
+
+def _functions(source: str) -> list[ast.FunctionDef]:
+    """Functions and methods of a module, in file order, dunder methods and closures left out."""
+    nested = {
+        id(inner)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef)
+        for inner in ast.walk(node)
+        if inner is not node and isinstance(inner, ast.FunctionDef)
+    }
+    return [
+        n
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, ast.FunctionDef) and not n.name.startswith("__") and id(n) not in nested
+    ]
+
+
+def _edit_instructions(function: ast.FunctionDef) -> Iterator[str]:
+    """Small changes an editing assistant is asked for, about one function."""
+    name = function.name
+    yield f"Add type hints to {name}. Change nothing else."
+    if ast.get_docstring(function) is None:
+        yield f"Add a one-line docstring to {name}."
+    else:
+        yield f"Replace the docstring of {name} with a one-line summary."
+    yield f"Rename {name} to {name}_impl everywhere in this file, callers included."
+    for arg in function.args.args:
+        if arg.arg not in ("self", "cls"):
+            yield f"Rename the parameter {arg.arg} of {name} to {arg.arg}_value."
+    yield (
+        f"At the start of {name}, log the call at debug level with a module logger (add "
+        "`import logging` and `logger = logging.getLogger(__name__)` after the imports)."
+    )
+
+
+def _pool_edits() -> Iterator[WorkloadRequest]:
+    """Edits of the pool files, one file after another round-robin, both edit formats."""
+    per_file: list[list[WorkloadRequest]] = []
+    for module in _POOL_FILES:
+        source = stdlib_file(module)
+        if source is None:
+            continue
+        edits: list[WorkloadRequest] = []
+        # Methods of two classes can share a name (parse), and then an instruction.
+        instructions = dict.fromkeys(i for f in _functions(source) for i in _edit_instructions(f))
+        for i, instruction in enumerate(instructions):
+            system, kind = (
+                (WHOLE_FILE_SYSTEM, "whole-file edit")
+                if i % 2 == 0
+                else (SEARCH_REPLACE_SYSTEM, "search/replace edit")
+            )
+            edits.append(_edit(system, kind, module, source, instruction))
+        per_file.append(edits)
+    for group in itertools.zip_longest(*per_file):
+        yield from (r for r in group if r is not None)
+
+
+def _documented_functions() -> Iterator[tuple[str, ast.FunctionDef, str]]:
+    """(module, function, docstring) of public documented functions, modules round-robin."""
+    per_module = []
+    for module in _API_MODULES:
+        source = stdlib_file(f"{module}.py")
+        if source is None:
+            continue
+        found = []
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
+                doc = (ast.get_docstring(node) or "").split("\n\n")[0].strip()
+                if len(doc.split()) >= 4:
+                    found.append((module, node, doc))
+        per_module.append(found)
+    for group in itertools.zip_longest(*per_module):
+        yield from (f for f in group if f is not None)
+
+
+def _new_code(module: str, function: ast.FunctionDef, doc: str) -> WorkloadRequest:
+    signature = f"{function.name}({ast.unparse(function.args)})"
+    question = (
+        f"Implement `{signature}` in Python from this docstring, with type hints, without "
+        f"importing `{module}`:\n\n{doc}"
+    )
+    return _chat("code", "new code", question)
+
+
+def _question(module: str, function: ast.FunctionDef, index: int) -> WorkloadRequest:
+    name = f"{module}.{function.name}()"
+    question = (
+        f"What does {name} do, and when would I use it instead of writing my own? Explain "
+        "briefly in prose, without code."
+        if index % 2 == 0
+        else f"How does {name} handle edge cases and errors? A short explanation in prose is "
+        "enough."
+    )
+    return _chat("prose", "technical question", question)
+
+
+@cache
+def measurement_pool(task: str) -> tuple[WorkloadRequest, ...]:
+    """Requests of a class that calibration never sends, varied from one to the next."""
+    if task == "echo":
+        return tuple(_pool_edits())
+    functions = list(_documented_functions())
+    if task == "code":
+        return tuple(_new_code(*f) for f in functions)
+    if task == "prose":
+        return tuple(_question(m, f, i) for i, (m, f, _) in enumerate(functions))
+    return ()

@@ -10,11 +10,13 @@ per task class; auto is reported as measured and with each of its choices priced
 backend measured pinned for the same prompt, with bootstrap intervals over the prompts. Prints a
 Markdown table; not a test (timings on a shared machine are noisy).
 
-The workload is the chat part of ``proxy.workload``: whole-file and search/replace edits of
-standard-library modules (echo), new code under a coding assistant's system prompt (code) and
-technical questions (prose).
+The workload is the chat part of ``proxy.workload``'s measurement pool: whole-file and
+search/replace edits of standard-library modules (echo), new code under a coding assistant's
+system prompt (code) and technical questions (prose), none of them a request calibration sent,
+so neither proxy's n-gram backend has seen an answer before it is measured.
 
-    .venv/bin/python scripts/routing_benchmark.py [--config FILE] [--tokens 64]
+    .venv/bin/python scripts/routing_benchmark.py [--config FILE] [--tokens 64] \
+        [--echo 12 --code 6 --prose 6]
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import openai
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from proxy.workload import workload  # noqa: E402
+from proxy.workload import measurement_pool  # noqa: E402
 
 Messages = list[dict[str, str]]
 
@@ -153,14 +155,16 @@ def main() -> None:
     parser.add_argument("--config", type=Path)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--port", type=int, default=8091)
+    # Edits are a large share of what editing assistants send, and the share where a router
+    # has most to win or lose.
+    for task, count in (("echo", 12), ("code", 6), ("prose", 6)):
+        parser.add_argument(f"--{task}", type=int, default=count, help=f"{task} requests")
     args = parser.parse_args()
-    # The realistic workload's chat requests (FIM goes to /infill, not through chat).
-    chat = [r for r in workload() if r.path == "/v1/chat/completions"]
-    jobs = [(r.task, r.messages) for r in chat]
+    tasks = ["echo", "code", "prose"]
+    jobs = [(t, r.messages) for t in tasks for r in measurement_pool(t)[: getattr(args, t)]]
     random.Random(1).shuffle(jobs)
     results = run_workload(args.config, args.port, jobs, args.tokens)
     backends = [m for m in results if m != "auto"]
-    tasks = list(dict.fromkeys(r.task for r in chat))
 
     def of(mode: str, task: str) -> list[Sample]:
         return [s for s in results[mode] if s.task == task]
@@ -211,6 +215,15 @@ def main() -> None:
                 f"  {label} / {b}: {tps(auto) / tps(results[b]):.3f} (90% bootstrap interval "
                 f"over prompts {low:.3f}-{high:.3f}; faster in {wins:.0%} of resamples)"
             )
+    print("per class, auto / each pinned backend (90% bootstrap interval over prompts):")
+    for task in tasks:
+        same = [i for i, s in enumerate(results["auto"]) if s.task == task]
+        cells = []
+        for b in backends:
+            auto_t, pinned_t = [results["auto"][i] for i in same], [results[b][i] for i in same]
+            _, low, high = bootstrap(auto_t, pinned_t)
+            cells.append(f"/ {b} {tps(auto_t) / tps(pinned_t):.2f} ({low:.2f}-{high:.2f})")
+        print(f"  {task}: " + ", ".join(cells))
 
 
 if __name__ == "__main__":

@@ -122,7 +122,12 @@ def markdown(cells: list[Cell], tasks: list[str], temperatures: list[float], not
 def recommendation(cells: list[Cell]) -> str:
     """Which configuration to use for a coding assistant, general chat and edits, and why."""
     lines = []
-    for task, use in (("code", "a coding assistant"), ("prose", "general chat"), ("echo", "edits")):
+    for task, use in (
+        ("code", "a coding assistant"),
+        ("prose", "general chat"),
+        ("echo", "short rewrites"),
+        ("edit", "whole-file edits"),
+    ):
         options = [c for c in cells if c.task == task and c.temperature == 0]
         if not options:
             continue
