@@ -235,6 +235,30 @@ def test_requests_join_the_batch_decoding_on_the_device() -> None:
     assert policy.choose("echo", probed) == RouteChoice("ngram", "wait_device", 2)
 
 
+def test_under_load_the_backend_measured_fastest_at_that_load_is_waited_for() -> None:
+    # Alone, plain and ngram tie (plain wins the margin); at four streams ngram makes 1.5x. A
+    # request arriving while plain decodes three must not join plain's batch for good: it waits
+    # for the device, so the batch moves to ngram once plain's streams finish.
+    board = Scoreboard()
+    measure(board, "plain", "prose", 30)
+    measure(board, "ngram", "prose", 31)
+    measure(board, "plain", "prose", 12, level=4)
+    measure(board, "ngram", "prose", 18, level=4)
+    policy = RoutePolicy(board, explore_share=0)
+    idle = shared(Backend("plain"), Backend("ngram", "ngram-mod"))
+    assert policy.choose("prose", idle) == RouteChoice("plain", "within_margin", 1)
+    loaded = shared(Backend("plain", in_flight=3), Backend("ngram", "ngram-mod"))
+    assert policy.choose("prose", loaded) == RouteChoice("ngram", "wait_device", 4)
+    # Once ngram decodes, later requests join it.
+    moved = shared(Backend("plain"), Backend("ngram", "ngram-mod", in_flight=3))
+    assert policy.choose("prose", moved) == RouteChoice("ngram", "fastest", 4)
+    # A near-tie at that load is joined: waiting would cost a drain for nothing.
+    tie = Scoreboard()
+    measure(tie, "plain", "prose", 16.5, level=4)
+    measure(tie, "ngram", "prose", 18, level=4)
+    assert RoutePolicy(tie, explore_share=0).choose("prose", loaded).reason == "join_batch"
+
+
 def test_busy_fastest_backend_is_queued_at_unless_another_device_has_room() -> None:
     board = Scoreboard()
     measure(board, "plain", "code", 30)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import zip_longest
 
 import aiohttp
 
@@ -56,57 +57,62 @@ async def calibrate(
     decide the class. Cells already holding that many samples (a saved scoreboard) are
     skipped. Returns the number of measurements recorded.
     """
+    # Prompt by prompt, every backend in turn: a machine whose speed drifts over minutes (a
+    # shared host) then shifts every backend alike instead of favouring the one measured first.
     todo = []
     for task in ROUTED_TASKS:
+        per_backend = []
         for backend in backends:
             config = backend.spec.config
             room = config.ctx_size // config.parallel - max_tokens
             requests = calibration_requests(task, prompts, room) * rounds
             est = scoreboard.get(backend.name, task, 1)
             if requests and (est is None or est.samples < len(requests)):
-                todo.append((backend, task, requests))
+                per_backend.append([(backend, task, r) for r in requests])
+        todo += [step for turn in zip_longest(*per_backend) for step in turn if step]
     sent = 0
-    for i, (backend, task, requests) in enumerate(todo, 1):
-        for request in requests:
-            if not backend.ready:
-                break
-            try:
-                async with (
-                    backend.slot() as use,
-                    session.post(
-                        f"{use.base_url}{request.path}", json=request.with_sampling(max_tokens)
-                    ) as resp,
-                ):
-                    body = await resp.json() if resp.status == 200 else {}
-            except (aiohttp.ClientError, TimeoutError, ValueError, BackendSaturatedError) as exc:
-                log.warning("calibration request failed", backend=backend.name, error=str(exc))
-                continue
-            if resp.status != 200:
-                # A model without FIM tokens answers /infill with 501: fim stays unmeasured.
-                log.warning(
-                    "calibration request refused",
-                    backend=backend.name,
-                    task=task,
-                    status=resp.status,
-                )
-                break
-            timings = Timings.parse(body.get("timings") if isinstance(body, dict) else None)
-            if not timings.measured:
-                log.warning("calibration request gave no timings", backend=backend.name, task=task)
-                continue
-            outcome = Outcome.from_timings(backend.name, task, 1, timings)
-            if task == FIM_TASK:
-                outcome = fim_outcome(outcome, timings)
-            scoreboard.record(outcome)
-            sent += 1
-            log.info(
-                "calibrating",
-                step=f"{i}/{len(todo)}",
+    refused: set[tuple[str, str]] = set()
+    for i, (backend, task, request) in enumerate(todo, 1):
+        if not backend.ready or (backend.name, task) in refused:
+            continue
+        try:
+            async with (
+                backend.slot() as use,
+                session.post(
+                    f"{use.base_url}{request.path}", json=request.with_sampling(max_tokens)
+                ) as resp,
+            ):
+                body = await resp.json() if resp.status == 200 else {}
+        except (aiohttp.ClientError, TimeoutError, ValueError, BackendSaturatedError) as exc:
+            log.warning("calibration request failed", backend=backend.name, error=str(exc))
+            continue
+        if resp.status != 200:
+            # A model without FIM tokens answers /infill with 501: fim stays unmeasured.
+            log.warning(
+                "calibration request refused",
                 backend=backend.name,
                 task=task,
-                kind=request.kind,
-                tokens_per_s=round(outcome.tokens_per_s or 0.0, 1),
-                draft_n=timings.draft_n,
-                draft_n_accepted=timings.draft_n_accepted,
+                status=resp.status,
             )
+            refused.add((backend.name, task))
+            continue
+        timings = Timings.parse(body.get("timings") if isinstance(body, dict) else None)
+        if not timings.measured:
+            log.warning("calibration request gave no timings", backend=backend.name, task=task)
+            continue
+        outcome = Outcome.from_timings(backend.name, task, 1, timings)
+        if task == FIM_TASK:
+            outcome = fim_outcome(outcome, timings)
+        scoreboard.record(outcome)
+        sent += 1
+        log.info(
+            "calibrating",
+            step=f"{i}/{len(todo)}",
+            backend=backend.name,
+            task=task,
+            kind=request.kind,
+            tokens_per_s=round(outcome.tokens_per_s or 0.0, 1),
+            draft_n=timings.draft_n,
+            draft_n_accepted=timings.draft_n_accepted,
+        )
     return sent

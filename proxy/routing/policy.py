@@ -23,11 +23,16 @@ RouteReason = Literal[
 ]
 
 
-# How much slower than the best a backend that can start at once may be and still be taken
-# instead of waiting for the best: splitting a device costs far more than a near-tie (0.4
-# against 9 tokens/s measured for two streams on 2 cores), while a probe on a backend at half
-# speed should not drag traffic along.
-JOIN_MARGIN = 0.5
+# How much slower than the best, at the load the request will run at, a backend that can start
+# at once may be and still be taken instead of waiting for the best. The device scheduler never
+# lets two backends decode at once on one device, so waiting costs only the drain of the batch
+# decoding now, while joining it keeps every later request on it too: under steady load the
+# first request's choice would hold for as long as the load lasts, however the backends compare
+# at that load (auto stayed on plain at four prose streams where ngram made 1.5x).
+JOIN_MARGIN = 0.1
+# The same for a backend on another device with room: the request would otherwise queue behind
+# a full batch, and it takes nothing from the streams on the best backend's device.
+SPILL_MARGIN = 0.5
 
 
 class DeviceView(Protocol):
@@ -156,17 +161,15 @@ class RoutePolicy:
         best = ranked[0]
         if not self._starts_now(best):
             # The best would wait: for its device (another backend decodes there) or for a
-            # slot. A backend that starts at once is taken instead unless it is clearly slower:
-            # joining the batch already decoding on the device (one process, no extra threads)
-            # or spilling to one whose device has room. Judged on single-stream speed, the
-            # best-sampled estimate: per-level ones are few and noisy, and a wrong wait or
-            # split costs more than any near-tie.
-            alone = {b.name: self._single_stream(b.name, task) for b in ready}
+            # slot. A backend that starts at once is taken instead if it is about as fast at
+            # this load: joining the batch already decoding on the device (one process, no
+            # extra threads) or spilling to one whose device has room.
             for other in ranked[1:]:
+                margin = JOIN_MARGIN if other.device is best.device else SPILL_MARGIN
                 if (
                     other.name not in demoted
                     and self._starts_now(other)
-                    and alone[other.name] >= (1 - JOIN_MARGIN) * alone[best.name]
+                    and credited(other) >= (1 - margin) * credited(best)
                 ):
                     reason: RouteReason = "join_batch" if other.load else "spill"
                     return RouteChoice(other.name, reason, levels[other.name])
@@ -194,10 +197,6 @@ class RoutePolicy:
     @staticmethod
     def _device_idle(backend: RoutableBackend, backends: Sequence[RoutableBackend]) -> bool:
         return not any(b.load for b in backends if b.device is backend.device)
-
-    def _single_stream(self, backend: str, task: str) -> float:
-        est = self.scoreboard.nearest(backend, task, 1)
-        return est.tokens_per_s if est else 0.0
 
     def _explore_target(
         self,
