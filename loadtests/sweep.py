@@ -136,7 +136,7 @@ def parse_options(argv: list[str] | None) -> SweepOptions:
         "--no-warm-up",
         dest="warm_up",
         action="store_false",
-        help="skip sending each prompt once per backend before a task's first cell",
+        help="skip warming each prompt prefix once per backend before a task's first cell",
     )
     p.add_argument(
         "--api-key",

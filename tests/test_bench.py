@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from proxy.bench.report import first_difference
+from proxy.prompts import BENCH_TASKS, chat_body
 from tests.conftest import ROOT
 
 
@@ -62,3 +63,21 @@ def test_first_difference() -> None:
     assert first_difference("abc", "abc") is None
     assert first_difference("abcd", "abXd") == 2
     assert first_difference("ab", "abc") == 2
+
+
+def test_unknown_task_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "proxy", "--config", str(ROOT / "tests" / "configs" / "test.yaml"),
+         "bench", "--out", str(tmp_path), "--tasks", "code,edits"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "unknown task edits" in result.stderr and "prose, code, echo, edit" in result.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_edit_row_is_a_whole_file_edit_of_a_real_module() -> None:
+    assert BENCH_TASKS == ("prose", "code", "echo", "edit")
+    system, user = chat_body("edit", 150)["messages"]
+    assert "COMPLETE updated file" in system["content"]
+    assert user["content"].startswith("Lib/") and user["content"].count("\n") > 100
