@@ -271,6 +271,12 @@ class Settings(BaseSettings):
         default=3, ge=1, description="distinct workload requests per backend and task class"
     )
     calibration_max_tokens: int = Field(default=96, ge=8)
+    calibration_echo_tokens: int = Field(
+        default=256,
+        ge=8,
+        description="tokens per echo calibration request: edits answer with whole files, and "
+        "ngram-mod drafts only after 24 tokens of context match, so a short answer hides it",
+    )
     explore_share: float = Field(
         default=0.05,
         ge=0.0,

@@ -15,8 +15,8 @@ search/replace edits of standard-library modules (echo), new code under a coding
 system prompt (code) and technical questions (prose), none of them a request calibration sent,
 so neither proxy's n-gram backend has seen an answer before it is measured.
 
-    .venv/bin/python scripts/routing_benchmark.py [--config FILE] [--tokens 64] \
-        [--echo 12 --code 6 --prose 6]
+    .venv/bin/python scripts/routing_benchmark.py [--config FILE] [--tokens 256] \
+        [--echo 10 --code 5 --prose 5]
 """
 
 from __future__ import annotations
@@ -153,11 +153,13 @@ def run_workload(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path)
-    parser.add_argument("--tokens", type=int, default=64)
+    # An edit's answer is a whole file, and ngram-mod drafts only once 24 tokens of context
+    # match: 64-token answers would hide most of what it does on edits.
+    parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--port", type=int, default=8091)
     # Edits are a large share of what editing assistants send, and the share where a router
     # has most to win or lose.
-    for task, count in (("echo", 12), ("code", 6), ("prose", 6)):
+    for task, count in (("echo", 10), ("code", 5), ("prose", 5)):
         parser.add_argument(f"--{task}", type=int, default=count, help=f"{task} requests")
     args = parser.parse_args()
     tasks = ["echo", "code", "prose"]

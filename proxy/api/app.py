@@ -104,6 +104,7 @@ async def _keep_measured(
             settings.calibration_requests,
             settings.calibration_max_tokens,
             settings.calibration_prompts,
+            settings.calibration_echo_tokens,
         )
         log.info("calibration done", requests=made)
     while True:

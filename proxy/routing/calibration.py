@@ -50,13 +50,16 @@ async def calibrate(
     rounds: int,
     max_tokens: int,
     prompts: int = 3,
+    echo_tokens: int | None = None,
 ) -> int:
     """Measure each (backend, task) on ``prompts`` workload requests, ``rounds`` times each.
 
     Several prompts per class, so that one prompt that happens to suit a backend does not
-    decide the class. Cells already holding that many samples (a saved scoreboard) are
-    skipped. Returns the number of measurements recorded.
+    decide the class. Echo requests generate ``echo_tokens`` (default ``max_tokens``), as an
+    edit's answer is a whole file. Cells already holding that many samples (a saved
+    scoreboard) are skipped. Returns the number of measurements recorded.
     """
+    budget = {"echo": echo_tokens or max_tokens}
     # Prompt by prompt, every backend in turn: a machine whose speed drifts over minutes (a
     # shared host) then shifts every backend alike instead of favouring the one measured first.
     todo = []
@@ -64,7 +67,7 @@ async def calibrate(
         per_backend = []
         for backend in backends:
             config = backend.spec.config
-            room = config.ctx_size // config.parallel - max_tokens
+            room = config.ctx_size // config.parallel - budget.get(task, max_tokens)
             requests = calibration_requests(task, prompts, room) * rounds
             est = scoreboard.get(backend.name, task, 1)
             if requests and (est is None or est.samples < len(requests)):
@@ -79,7 +82,8 @@ async def calibrate(
             async with (
                 backend.slot() as use,
                 session.post(
-                    f"{use.base_url}{request.path}", json=request.with_sampling(max_tokens)
+                    f"{use.base_url}{request.path}",
+                    json=request.with_sampling(budget.get(task, max_tokens)),
                 ) as resp,
             ):
                 body = await resp.json() if resp.status == 200 else {}
