@@ -24,6 +24,7 @@ pytestmark = pytest.mark.integration
 
 CONFIG = """
 calibration_max_tokens: 16
+calibration_echo_tokens: 16
 calibration_prompts: 1
 devices:
   cpu: {capacity: 2}
