@@ -95,12 +95,12 @@ def parse_options(argv: list[str] | None) -> SweepOptions:
     )
     p.add_argument("--tasks", type=_tasks, default=list(PROMPTS), help="task classes")
     p.add_argument(
-        "--seconds", type=int, default=8, help="per cell: how long new requests are issued"
+        "--seconds", type=int, default=16, help="per cell: how long new requests are issued"
     )
     p.add_argument(
         "--drain",
         type=int,
-        default=2,
+        default=4,
         help="per cell: seconds requests in flight get to finish; later ones are cut",
     )
     p.add_argument(
@@ -115,7 +115,9 @@ def parse_options(argv: list[str] | None) -> SweepOptions:
         default=300,
         help="before each cell, wait this long for the backends to go idle (0: do not wait)",
     )
-    p.add_argument("--max-tokens", type=int, default=64)
+    # An edit's answer is a whole file, and ngram-mod drafts only once 24 tokens of context
+    # match: 64-token answers would hide most of what it does on edits.
+    p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument(
         "--no-stream",
