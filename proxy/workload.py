@@ -30,11 +30,13 @@ from __future__ import annotations
 import ast
 import itertools
 import sysconfig
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
+
+_T = TypeVar("_T")
 
 CODING_SYSTEM: Final = (
     "You are an expert software developer working in the user's editor. Give concise, correct "
@@ -249,20 +251,19 @@ _API_MODULES: Final = (
 )  # fmt: skip
 
 
+def _round_robin(groups: Iterable[Sequence[_T]]) -> Iterator[_T]:
+    """One item of each group in turn, so that any run of the items spans every group."""
+    for row in itertools.zip_longest(*groups):
+        yield from (item for item in row if item is not None)
+
+
 def _functions(source: str) -> list[ast.FunctionDef]:
-    """Functions and methods of a module, in file order, dunder methods and closures left out."""
+    """Functions and methods of a module, dunder methods and closures left out."""
+    defs = [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef)]
     nested = {
-        id(inner)
-        for node in ast.walk(ast.parse(source))
-        if isinstance(node, ast.FunctionDef)
-        for inner in ast.walk(node)
-        if inner is not node and isinstance(inner, ast.FunctionDef)
+        id(i) for d in defs for i in ast.walk(d) if i is not d and isinstance(i, ast.FunctionDef)
     }
-    return [
-        n
-        for n in ast.walk(ast.parse(source))
-        if isinstance(n, ast.FunctionDef) and not n.name.startswith("__") and id(n) not in nested
-    ]
+    return [d for d in defs if not d.name.startswith("__") and id(d) not in nested]
 
 
 def _edit_instructions(function: ast.FunctionDef) -> Iterator[str]:
@@ -301,26 +302,24 @@ def _pool_edits() -> Iterator[WorkloadRequest]:
             )
             edits.append(_edit(system, kind, module, source, instruction))
         per_file.append(edits)
-    for group in itertools.zip_longest(*per_file):
-        yield from (r for r in group if r is not None)
+    yield from _round_robin(per_file)
 
 
 def _documented_functions() -> Iterator[tuple[str, ast.FunctionDef, str]]:
     """(module, function, docstring) of public documented functions, modules round-robin."""
-    per_module = []
+    per_module: list[list[tuple[str, ast.FunctionDef, str]]] = []
     for module in _API_MODULES:
         source = stdlib_file(f"{module}.py")
         if source is None:
             continue
-        found = []
+        found: list[tuple[str, ast.FunctionDef, str]] = []
         for node in ast.parse(source).body:
             if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
                 doc = (ast.get_docstring(node) or "").split("\n\n")[0].strip()
                 if len(doc.split()) >= 4:
                     found.append((module, node, doc))
         per_module.append(found)
-    for group in itertools.zip_longest(*per_module):
-        yield from (f for f in group if f is not None)
+    yield from _round_robin(per_module)
 
 
 def _new_code(module: str, function: ast.FunctionDef, doc: str) -> WorkloadRequest:
