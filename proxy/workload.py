@@ -4,7 +4,7 @@ Used by start-up calibration, ``scripts/routing_benchmark.py`` and the load test
 bench`` keeps the lab's reference prompts, ``proxy/prompts.py``). The files are modules of the
 running Python's standard library (PSF licence), read at run time, not invented snippets:
 
-- **echo** — whole-file edits (a system prompt asking for the COMPLETE updated file, a 110-200
+- **echo** — whole-file edits (a system prompt asking for the COMPLETE updated file, a 60-200
   line module pasted in full, a small change asked: rename a function everywhere, add type
   hints, add a helper) and search/replace edits (the SEARCH/REPLACE block format of editing
   assistants) over the same kind of files;
@@ -89,6 +89,12 @@ class WorkloadRequest:
 # (module, edit instruction, names the file must define for the instruction to make sense)
 _WHOLE_FILE_EDITS: Final = (
     (
+        "nturl2path.py",
+        "Rename the parameter url of url2pathname to url_path, and the parameter p of "
+        "pathname2url to path. Change nothing else.",
+        ("url2pathname", "pathname2url"),
+    ),
+    (
         "bisect.py",
         "Add type hints to insort_right and bisect_right (a: list, x, lo: int, hi: int | None, "
         "key). Change nothing else.",
@@ -113,6 +119,11 @@ _WHOLE_FILE_EDITS: Final = (
     ),
 )
 _SEARCH_REPLACE_EDITS: Final = (
+    (
+        "tty.py",
+        "Rename the parameter when to when_flag in setraw and setcbreak.",
+        ("setraw", "setcbreak"),
+    ),
     (
         "fnmatch.py",
         "Add a one-line docstring to _compile_pattern.",
