@@ -284,3 +284,15 @@ def test_scoreboard_decays_toward_new_measurements() -> None:
     assert est is not None and 50 <= est.tokens_per_s < 52 and est.samples == 21
     board.record(Outcome("b", "code", 1, 999, None, 2, 0, 0))  # too short to count
     assert board.get("b", "code", 1).samples == 21  # type: ignore[union-attr]
+
+
+def test_an_answer_weighs_as_much_as_the_time_it_took() -> None:
+    # Two requests, 40 tokens at 10 t/s (4 s) and 400 at 30 t/s (13.3 s): the backend gave
+    # 440 tokens in 17.3 s, 25.4 t/s, not the 20 t/s mean of the two rates.
+    board = Scoreboard()
+    board.record(Outcome("ngram", "echo", 1, 10.0, None, 40, 0, 0))
+    board.record(Outcome("ngram", "echo", 1, 30.0, None, 400, 320, 300))
+    est = board.get("ngram", "echo", 1)
+    assert est is not None and est.tokens_per_s == pytest.approx(440 / (4 + 400 / 30))
+    board.record(Outcome("ngram", "echo", 1, 0.0, None, 64, 0, 0))  # no rate: not a sample
+    assert board.get("ngram", "echo", 1).samples == 2  # type: ignore[union-attr]

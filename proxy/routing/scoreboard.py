@@ -23,9 +23,16 @@ def load_level(in_flight: int) -> int:
 
 @dataclass
 class Estimate:
-    """Exponentially decayed averages of what one backend did for one task class at one load."""
+    """Exponentially decayed averages of what one backend did for one task class at one load.
+
+    ``tokens_per_s`` is decayed generated tokens over decayed generation seconds, so an answer
+    weighs as much as the time it took: what a backend gives the traffic, where a mean of
+    per-request rates would let a 40-token answer count as much as a 400-token one.
+    """
 
     tokens_per_s: float = 0.0
+    tokens: float = 0.0
+    seconds: float = 0.0
     ttft_s: float = 0.0
     drafted: float = 0.0
     accepted: float = 0.0
@@ -83,12 +90,16 @@ class Scoreboard:
 
     def record(self, outcome: Outcome) -> None:
         """Fold one request's measurements in; very short generations say little and are skipped."""
-        if outcome.tokens_per_s is None or outcome.predicted_n < self.min_tokens:
+        if not outcome.tokens_per_s or outcome.predicted_n < self.min_tokens:
             return
         est = self._table.setdefault((outcome.backend, outcome.task, outcome.level), Estimate())
         # The first samples weigh more, so a fresh estimate is not dragged toward zero.
         a = max(self.alpha, 1.0 / (est.samples + 1))
-        est.tokens_per_s += a * (outcome.tokens_per_s - est.tokens_per_s)
+        seconds = outcome.predicted_n / outcome.tokens_per_s
+        share = a if est.seconds > 0 else 1.0
+        est.tokens += share * (outcome.predicted_n - est.tokens)
+        est.seconds += share * (seconds - est.seconds)
+        est.tokens_per_s = est.tokens / est.seconds
         if outcome.ttft_s is not None:
             est.ttft_s += a * (outcome.ttft_s - est.ttft_s)
         est.drafted += a * (outcome.draft_n - est.drafted)
