@@ -16,7 +16,7 @@ system prompt (code) and technical questions (prose), none of them a request cal
 so neither proxy's n-gram backend has seen an answer before it is measured.
 
     .venv/bin/python scripts/routing_benchmark.py [--config FILE] [--tokens 256] \
-        [--echo 10 --code 5 --prose 5]
+        [--echo 8 --code 4 --prose 4]
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,8 +45,10 @@ from proxy.workload import measurement_pool  # noqa: E402
 Messages = list[dict[str, str]]
 
 
-def start_proxy(config: Path | None, port: int, workdir: Path) -> subprocess.Popen[str]:
-    """A proxy on `port` with its log and scoreboard in `workdir`, once its calibration is done."""
+def start_proxy(
+    config: Path | None, port: int, workdir: Path, calibrate: bool
+) -> subprocess.Popen[str]:
+    """A proxy on `port` with its log and scoreboard in `workdir`, once calibrated and ready."""
     log = workdir / "proxy.log"
     env = {
         **os.environ,
@@ -53,16 +56,27 @@ def start_proxy(config: Path | None, port: int, workdir: Path) -> subprocess.Pop
         "SPECPROXY_LOG_FORMAT": "json",
         "SPECPROXY_SCOREBOARD_FILE": str(workdir / "scoreboard.json"),
     }
+    if not calibrate:
+        env["SPECPROXY_CALIBRATION_REQUESTS"] = "0"
     argv = [sys.executable, "-m", "proxy", *(["--config", str(config)] if config else []), "serve"]
     with log.open("w") as fh:
         proc = subprocess.Popen(
             argv, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT, text=True
         )
-    while '"calibration done"' not in log.read_text():
+    while not ('"calibration done"' in log.read_text() if calibrate else all_ready(port)):
         if proc.poll() is not None:
             raise SystemExit(f"proxy exited:\n{log.read_text()[-2000:]}")
         time.sleep(1)
     return proc
+
+
+def all_ready(port: int) -> bool:
+    """Whether the proxy on `port` says every backend is ready."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as resp:
+            return bool(json.load(resp).get("status") == "ok")
+    except (OSError, ValueError):
+        return False
 
 
 @dataclass(frozen=True)
@@ -127,9 +141,10 @@ def run_workload(
     workdirs = [Path(tempfile.mkdtemp(prefix="specproxy-routing-")) for _ in range(2)]
     procs: list[subprocess.Popen[str]] = []
     try:
-        # One after the other: a calibration measured while the other proxy calibrates is wrong.
+        # Only auto's proxy calibrates: the pinned one routes nothing, and calibration's
+        # requests are not the benchmark's, so they teach its n-gram backend nothing it meets.
         for i, workdir in enumerate(workdirs):
-            procs.append(start_proxy(config, port + i, workdir))
+            procs.append(start_proxy(config, port + i, workdir, calibrate=i == 0))
         auto_client, pinned_client = (
             openai.OpenAI(base_url=f"http://127.0.0.1:{port + i}/v1", api_key="x", timeout=600)
             for i in range(2)
@@ -159,7 +174,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8091)
     # Edits are a large share of what editing assistants send, and the share where a router
     # has most to win or lose.
-    for task, count in (("echo", 10), ("code", 5), ("prose", 5)):
+    for task, count in (("echo", 8), ("code", 4), ("prose", 4)):
         parser.add_argument(f"--{task}", type=int, default=count, help=f"{task} requests")
     args = parser.parse_args()
     tasks = ["echo", "code", "prose"]
