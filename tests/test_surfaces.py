@@ -217,6 +217,7 @@ def test_messages_errors_are_in_anthropics_shape(
 
 CODER = """
 calibration_max_tokens: 8
+calibration_echo_tokens: 8
 backends:
   - {name: coder, kind: plain, model: qwen2.5-coder-0.5b, threads: 1, ctx_size: 2048}
 """
