@@ -221,16 +221,19 @@ def _wait_idle(url: str, timeout: float, api_key: str | None = None) -> bool:
 
 
 def warm_up_prompts(task: str) -> list[Messages]:
-    """One prompt per distinct prefix (system prompt, pasted file) of the task's pool.
+    """One request per distinct prefix (system prompt, pasted file) of the task's pool.
 
-    Taken from the end of the pool, which ``prompt_slices`` keeps out of every cell.
+    Each keeps a pool request's prefix and asks only for "OK", so it is a prompt that no cell
+    sends.
     """
     prefixes: dict[str, Messages] = {}
-    for messages in reversed(PROMPTS[task]):
+    for messages in PROMPTS[task]:
         # An edit's prefix runs to the end of its pasted file; a question's is its system prompt.
-        user = messages[-1]["content"]
-        pasted = user.rfind("```")
-        prefixes.setdefault(messages[0]["content"] + user[: max(pasted, 0)], messages)
+        *head, user = messages
+        end = user["content"].rfind("\n```\n\n")
+        prefix = user["content"][: end + 6] if end >= 0 else ""
+        warm = (*head, {"role": "user", "content": prefix + "Reply with OK."})
+        prefixes.setdefault(head[0]["content"] + prefix, warm)
     return list(prefixes.values())
 
 
@@ -374,8 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     plan = [(t, lv, b) for t in opts.tasks for lv in opts.levels for b in backends]
-    # The pool's last prompts warm the caches; the cells share out the others.
-    slices = prompt_slices(plan, {t: len(PROMPTS[t]) - len(warm_up_prompts(t)) for t in opts.tasks})
+    slices = prompt_slices(plan, {t: len(PROMPTS[t]) for t in opts.tasks})
     bound = len(plan) * (opts.seconds + opts.drain + _CELL_OVERHEAD_S) / 60
     print(
         f"{len(plan)} cells ({', '.join(backends)}): about {bound:.0f} min, plus what cut "

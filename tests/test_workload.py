@@ -52,7 +52,7 @@ def test_pool_questions_are_short_and_under_a_coding_system_prompt() -> None:
 def test_every_sweep_cell_gets_prompts_no_other_cell_sends() -> None:
     levels, modes = (1, 2, 4, 8), ("plain", "draft", "ngram", "auto")
     plan = [(t, lv, m) for t in PROMPTS for lv in levels for m in modes]
-    sizes = {t: len(PROMPTS[t]) - len(warm_up_prompts(t)) for t in PROMPTS}
+    sizes = {t: len(PROMPTS[t]) for t in PROMPTS}
     slices = prompt_slices(plan, sizes)
     assert set(slices) == set(plan)
     for task in PROMPTS:
@@ -62,15 +62,21 @@ def test_every_sweep_cell_gets_prompts_no_other_cell_sends() -> None:
                 assert count >= level, "each concurrent user has a prompt of its own"
                 used += range(start, start + count)
         assert len(used) == len(set(used)), "no prompt is in two cells"
-        assert max(used) < sizes[task], "the warm-up prompts are in no cell"
+        assert max(used) < sizes[task]
     # More concurrent users get more prompts: a cell at 8 issues more requests than one at 1.
     assert slices[("echo", 8, "auto")][1] > slices[("echo", 1, "auto")][1]
 
 
-def test_warm_up_covers_every_prefix_once() -> None:
+def test_warm_up_covers_every_prefix_once_with_prompts_no_cell_sends() -> None:
     echo = warm_up_prompts("echo")
     assert len(echo) == 8  # four files, two edit formats
     assert len(warm_up_prompts("code")) == 1  # one system prompt; the questions are short
+    for task in PROMPTS:
+        for warm in warm_up_prompts(task):
+            assert warm not in PROMPTS[task]
+            # The same prefix as pool requests: the file is processed once, before any cell.
+            prefix = warm[-1]["content"].removesuffix("Reply with OK.")
+            assert any(m[-1]["content"].startswith(prefix) for m in PROMPTS[task])
 
 
 def test_a_locust_run_sends_its_slice_in_order_then_starts_it_again() -> None:
