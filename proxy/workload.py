@@ -244,11 +244,6 @@ def of_task(task: str) -> list[WorkloadRequest]:
     return [r for r in workload() if r.task == task]
 
 
-def chat_tasks() -> list[str]:
-    """Task classes that the workload asks through chat completions."""
-    return sorted({r.task for r in workload() if r.path == "/v1/chat/completions"})
-
-
 # --------------------------------------------------------------------------- measurement pool
 
 # Modules whose functions the pool's edits change; none of them is a calibration file.
