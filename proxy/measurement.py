@@ -20,6 +20,8 @@ class Measurement:
     timings: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     device_wait_s: float = 0.0
+    # Requests decoding at once on its device, on average over its life (itself included).
+    mean_load: float | None = None
     tally: StreamTally | None = None
 
     def settle(self) -> None:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
+from proxy.api.state import ROUTER
 from proxy.backends.devices import Device, build_devices
 from proxy.config import BackendConfig, DeviceConfig, Settings
+from tests.inprocess import fast_proxy
+from tests.llama_double import Behaviour
 
 
 def cpu(*shares: tuple[str, int], capacity: int = 2) -> Device:
@@ -104,3 +108,39 @@ def test_devices_derive_from_where_backends_run() -> None:
 def test_spill_over_says_what_replaced_it() -> None:
     with pytest.raises(ValueError, match="per-backend `device`"):
         Settings(backends=[BackendConfig(name="a", model="m.gguf")], spill_over=True)
+
+
+def test_a_requests_mean_load_counts_who_decoded_beside_it_and_for_how_long(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [0.0]
+    monkeypatch.setattr("proxy.backends.devices.time.monotonic", lambda: now[0])
+    device = cpu(("plain", 2))
+    first = device.start_decoding()
+    now[0] = 1.0
+    second = device.start_decoding()
+    now[0] = 3.0
+    assert device.stop_decoding(second) == pytest.approx(2.0)
+    now[0] = 4.0
+    # Alone for 1 s, beside the second for 2 s, alone again for 1 s.
+    assert device.stop_decoding(first) == pytest.approx(1.5)
+
+
+async def test_a_request_joined_by_others_is_filed_under_the_load_it_ran_at(
+    tmp_path: Path,
+) -> None:
+    async with fast_proxy(tmp_path, {"plain": {"parallel": 4}}) as proxy:
+        proxy.doubles["plain"].behaviour = Behaviour(tokens=16, token_delay_s=0.05)
+        client = proxy.openai()
+
+        async def ask() -> None:
+            await client.chat.completions.create(
+                model="plain", messages=[{"role": "user", "content": "Say hello."}]
+            )
+
+        first = asyncio.create_task(ask())
+        await asyncio.sleep(0.1)  # it starts alone, then three more join it
+        await asyncio.gather(first, *(ask() for _ in range(3)))
+        board = proxy.http.server.app[ROUTER].scoreboard
+        levels = {level for (_, _, level), _ in board.items()}
+        assert levels == {4}, board.items()

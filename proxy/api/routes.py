@@ -7,8 +7,8 @@ import functools
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable
-from contextlib import nullcontext
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +27,7 @@ from proxy.measurement import Measurement
 from proxy.metrics import CONTENT_TYPE, RequestRecord
 from proxy.routing.policy import RoutableBackend
 from proxy.routing.router import NoBackendError, UnknownModelError, fim_outcome
-from proxy.routing.scoreboard import Outcome
+from proxy.routing.scoreboard import Outcome, load_level
 from proxy.tasks import AUTO_MODEL, AUTO_TASK_MODELS, FIM_TASK
 
 log = get_logger("request")
@@ -97,7 +97,12 @@ def _finish(
     """Record what an answer measured (a stream its client left included) and log one line."""
     backend = route.backend.name
     timings = Timings.parse(measured.timings)
-    outcome = Outcome.from_timings(backend, task or "", route.level, timings, measured.ttft_s)
+    # Filed under the load it ran at: one that started alone and was joined by three more
+    # decoded at four streams' speed, and would otherwise drag down the one-stream estimate.
+    ran_at = (
+        route.level if measured.mean_load is None else load_level(int(measured.mean_load + 0.5))
+    )
+    outcome = Outcome.from_timings(backend, task or "", ran_at, timings, measured.ttft_s)
     if task == FIM_TASK:
         outcome = fim_outcome(outcome, timings)
     if task is not None and measured.status == 200 and measured.error in (None, CLIENT_GONE):
@@ -111,6 +116,7 @@ def _finish(
         route=route.reason,
         # Not `level`: that key is the log line's severity.
         load_level=route.level if task is not None else None,
+        mean_load=round(measured.mean_load, 2) if measured.mean_load is not None else None,
         status=499 if measured.error == CLIENT_GONE else measured.status,
         stream=bool(body.get("stream")),
         tokens=outcome.predicted_n if surface.generates else None,
@@ -125,6 +131,20 @@ def _finish(
         error=measured.error,
         **({"body": body} if request.app[SETTINGS].log_prompts else {}),
     )
+
+
+@asynccontextmanager
+async def _measuring_load(
+    hold: AbstractAsyncContextManager[SlotUse], measured: Measurement
+) -> AsyncIterator[SlotUse]:
+    """Hold a slot and, however the hold ends, keep the mean load it saw in `measured`."""
+    use: SlotUse | None = None
+    try:
+        async with hold as use:
+            yield use
+    finally:
+        if use is not None:
+            measured.mean_load = use.mean_load
 
 
 def _choose(app: web.Application, model: str, task: str | None) -> _Route:
@@ -217,7 +237,9 @@ async def _serve(request: web.Request, surface: Surface, seen: RequestRecord) ->
         try:
             # A passthrough (tokenize, templates) decodes nothing: any server of the backend.
             unheld = SlotUse(base_url=supervisor.base_url, device=device)
-            async with supervisor.slot() if surface.uses_slot else nullcontext(unheld) as use:
+            async with _measuring_load(
+                supervisor.slot() if surface.uses_slot else nullcontext(unheld), measured
+            ) as use:
                 target = use.base_url
                 seen.device = use.device
                 headers["X-Specproxy-Device"] = use.device

@@ -36,6 +36,14 @@ class DeviceState:
     wait_s: float
 
 
+@dataclass(frozen=True)
+class LoadMark:
+    """A point on a device's load clock: when, and the request-seconds decoded there by then."""
+
+    at: float
+    load_s: float
+
+
 class Device:
     """One compute device shared by backends: admission, in arrival order, within its capacity."""
 
@@ -49,6 +57,11 @@ class Device:
         self._busy_s = 0.0
         self.waits = 0
         self.wait_s = 0.0
+        # The time integral of the requests decoding here: a request's mean load over its life
+        # is what its measured speed belongs to, not the load it happened to start at.
+        self._decoding = 0
+        self._load_s = 0.0
+        self._load_at = time.monotonic()
 
     def add(self, backend: str, share: int) -> None:
         """Register a backend that needs `share` of this device while it decodes."""
@@ -136,6 +149,25 @@ class Device:
                 continue
             self._start(backend)
             admitted.set_result(None)
+
+    def _load_mark(self) -> LoadMark:
+        now = time.monotonic()
+        self._load_s += self._decoding * (now - self._load_at)
+        self._load_at = now
+        return LoadMark(now, self._load_s)
+
+    def start_decoding(self) -> LoadMark:
+        """Count one more request decoding here; the mark its mean load is measured from."""
+        mark = self._load_mark()
+        self._decoding += 1
+        return mark
+
+    def stop_decoding(self, mark: LoadMark) -> float:
+        """Count one request fewer; the mean number decoding here, it included, since `mark`."""
+        now = self._load_mark()
+        self._decoding = max(0, self._decoding - 1)
+        span = now.at - mark.at
+        return max(1.0, (now.load_s - mark.load_s) / span) if span > 0 else 1.0
 
     def state(self) -> DeviceState:
         """A snapshot for /health and /metrics."""

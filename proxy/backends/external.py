@@ -215,9 +215,12 @@ class ExternalBackend:
                 raise
         finally:
             self.queued -= 1
+        use = SlotUse(device_wait_s=waited, base_url=replica.url, device=replica.device.name)
+        mark = replica.device.start_decoding()
         try:
-            yield SlotUse(device_wait_s=waited, base_url=replica.url, device=replica.device.name)
+            yield use
         finally:
+            use.mean_load = replica.device.stop_decoding(mark)
             replica.in_flight -= 1
             # Another proxy's llama-server: nothing to learn from waiting for it to go idle.
             replica.device.release(self.name)

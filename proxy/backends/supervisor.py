@@ -48,6 +48,9 @@ class SlotUse:
     # Where the request goes: the server (a replica of an external backend) and its device.
     base_url: str = ""
     device: str = ""
+    # How many requests decoded on the device at once, on average, while this one held its
+    # slot (itself included); set when the hold ends. None for a request that held none.
+    mean_load: float | None = None
 
 
 class BackendSupervisor:
@@ -131,9 +134,11 @@ class BackendSupervisor:
             self.queued -= 1
         self.in_flight += 1
         use.base_url = self.base_url  # read once admitted: a restart while queued moves the port
+        mark = self.device.start_decoding()
         try:
             yield use
         finally:
+            use.mean_load = self.device.stop_decoding(mark)
             self.in_flight -= 1
             self._slots.release()
             if use.abandoned and self.process is not None:
