@@ -94,13 +94,15 @@ def parse_options(argv: list[str] | None) -> SweepOptions:
         help="model ids to load (default: every backend in /v1/models, then auto)",
     )
     p.add_argument("--tasks", type=_tasks, default=list(PROMPTS), help="task classes")
+    # A 256-token edit takes 15 s alone on two cores: 16 s cells held 1-3 answers, and the
+    # same backend measured 17.2 and 24.0 tokens/s in two of them.
     p.add_argument(
-        "--seconds", type=int, default=16, help="per cell: how long new requests are issued"
+        "--seconds", type=int, default=36, help="per cell: how long new requests are issued"
     )
     p.add_argument(
         "--drain",
         type=int,
-        default=4,
+        default=6,
         help="per cell: seconds requests in flight get to finish; later ones are cut",
     )
     p.add_argument(
