@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections import Counter
 from collections.abc import Sequence
@@ -176,6 +177,22 @@ def test_exploration_prefers_near_ties_but_still_probes_slow_backends() -> None:
     assert 15 < probes["plain"] / probes["draft"] < 45
 
 
+def test_on_a_shared_device_only_near_ties_are_probed() -> None:
+    # A probe holds the device for a whole answer: on a shared one, a slow backend's probe
+    # would make every request arriving meanwhile wait for it.
+    board = Scoreboard()
+    measure(board, "plain", "code", 18)
+    measure(board, "ngram", "code", 17)
+    measure(board, "draft", "code", 12)
+    policy = RoutePolicy(board, explore_share=0.5, rng=random.Random(5))
+    one_cpu = shared(
+        Backend("plain"), Backend("ngram", "ngram-mod"), Backend("draft", "draft-simple")
+    )
+    picks = [policy.choose("code", one_cpu) for _ in range(400)]
+    probes = Counter(c.backend for c in picks if c is not None and c.reason == "explore")
+    assert set(probes) == {"ngram"}
+
+
 def test_no_exploring_next_to_busy_backends_on_a_shared_device() -> None:
     board = Scoreboard()
     measure(board, "plain", "prose", 30)
@@ -257,6 +274,25 @@ def test_under_load_the_backend_measured_fastest_at_that_load_is_waited_for() ->
     measure(tie, "plain", "prose", 16.5, level=4)
     measure(tie, "ngram", "prose", 18, level=4)
     assert RoutePolicy(tie, explore_share=0).choose("prose", loaded).reason == "join_batch"
+
+
+async def test_a_request_that_must_wait_goes_where_the_device_goes_next() -> None:
+    # plain decodes two code streams and a request for ngram already waits for the device:
+    # whatever comes next waits anyway, and waiting for plain would mean a second drain.
+    board = Scoreboard()
+    measure(board, "plain", "code", 6.0, level=4)
+    measure(board, "ngram", "code", 5.8, level=4)
+    plain, ngram = Backend("plain", in_flight=2), Backend("ngram", "ngram-mod")
+    on_one = shared(plain, ngram)
+    waiter = asyncio.create_task(on_one[0].device.admit("ngram"))
+    await asyncio.sleep(0)
+    policy = RoutePolicy(board, explore_share=0)
+    assert policy.choose("code", on_one) == RouteChoice("ngram", "join_queue", 4)
+    # A backend queued next but far slower is not followed: the request waits for the best.
+    measure(board, "ngram", "code", 1.0, level=4)
+    measure(board, "ngram", "code", 1.0, level=4)
+    assert policy.choose("code", on_one) == RouteChoice("plain", "wait_device", 4)
+    waiter.cancel()
 
 
 def test_busy_fastest_backend_is_queued_at_unless_another_device_has_room() -> None:

@@ -85,6 +85,13 @@ class Device:
         """Requests waiting for this device."""
         return len(self._waiters)
 
+    def next_up(self) -> str | None:
+        """The backend the first request waiting here is for: what the device runs next."""
+        for backend, admitted in self._waiters:
+            if not admitted.done():
+                return backend
+        return None
+
     def admits(self, backend: str) -> bool:
         """Whether a request for `backend` would start now, without waiting for the device."""
         return not self._waiters and self._fits(backend)

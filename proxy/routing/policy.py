@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -19,17 +19,21 @@ RouteReason = Literal[
     "join_batch",
     "spill",
     "wait_device",
+    "join_queue",
     "within_margin",
 ]
 
 
 # How much slower than the best, at the load the request will run at, a backend that can start
 # at once may be and still be taken instead of waiting for the best. The device scheduler never
-# lets two backends decode at once on one device, so waiting costs only the drain of the batch
-# decoding now, while joining it keeps every later request on it too: under steady load the
-# first request's choice would hold for as long as the load lasts, however the backends compare
-# at that load (auto stayed on plain at four prose streams where ngram made 1.5x).
-JOIN_MARGIN = 0.1
+# lets two backends decode at once on one device, so waiting moves the batch to the best once
+# the one decoding now drains, while joining keeps every later request there too: under steady
+# load the first request's choice holds for as long as the load lasts. The drain is not free,
+# though: up to a whole answer at that load (15-50 s on two CPU cores), with the waiting
+# requests idle. At 4-8 streams two cells of one backend differ by 10-15 % on this machine, and
+# auto, at 10 %, moved four code streams from plain to ngram and back on such a difference and
+# made 72 % of either; a measured gain below a quarter does not pay for the drain.
+JOIN_MARGIN = 0.25
 # The same for a backend on another device with room: the request would otherwise queue behind
 # a full batch, and it takes nothing from the streams on the best backend's device.
 SPILL_MARGIN = 0.5
@@ -39,6 +43,8 @@ class DeviceView(Protocol):
     """What the policy needs to know about the device a backend decodes on."""
 
     def admits(self, backend: str) -> bool: ...
+
+    def next_up(self) -> str | None: ...
 
 
 class RoutableBackend(Protocol):
@@ -174,10 +180,26 @@ class RoutePolicy:
                     reason: RouteReason = "join_batch" if other.load else "spill"
                     return RouteChoice(other.name, reason, levels[other.name])
             if not best.device.admits(best.name):
+                queued = self._next_batch(best, ranked, demoted, credited)
+                if queued is not None:
+                    return RouteChoice(queued.name, "join_queue", levels[queued.name])
                 return RouteChoice(best.name, "wait_device", levels[best.name])
         # A probe runs only where its device is idle: next to busy backends it would slow them
-        # and be measured under contention it did not cause.
-        probes = [b for b in ranked[1:] if self._starts_now(b) and self._device_idle(b, backends)]
+        # and be measured under contention it did not cause. On a device it shares, a probe
+        # of a clearly slower backend holds the device for a whole answer, and every request
+        # arriving meanwhile waits for it (a 29-s draft probe opened a sweep cell of eight code
+        # streams and cost it 60 %): there only near-ties are probed.
+        top = estimates[best.name].tokens_per_s
+        probes = [
+            b
+            for b in ranked[1:]
+            if self._starts_now(b)
+            and self._device_idle(b, backends)
+            and (
+                not self._shares_device(b, ready)
+                or estimates[b.name].tokens_per_s >= (1 - JOIN_MARGIN) * top
+            )
+        ]
         if probes and self.rng.random() < self.explore_share:
             other = self._explore_target(probes, estimates[best.name], estimates)
             return RouteChoice(other.name, "explore", levels[other.name])
@@ -190,9 +212,30 @@ class RoutePolicy:
         return RouteChoice(best.name, reason, levels[best.name])
 
     @staticmethod
+    def _next_batch(
+        best: RoutableBackend,
+        ranked: Sequence[RoutableBackend],
+        demoted: set[str],
+        credited: Callable[[RoutableBackend], float],
+    ) -> RoutableBackend | None:
+        """The backend the device runs next, when about as fast as the best: waiting for the
+        best instead would wait for two drains (the batch decoding now and the one queued)."""
+        upcoming = best.device.next_up()
+        for other in ranked[1:]:
+            if other.name != upcoming or other.device is not best.device:
+                continue
+            if other.name not in demoted and credited(other) >= (1 - JOIN_MARGIN) * credited(best):
+                return other
+        return None
+
+    @staticmethod
     def _starts_now(backend: RoutableBackend) -> bool:
         """Whether a request sent now would start decoding at once: a free slot, device room."""
         return not backend.saturated and backend.device.admits(backend.name)
+
+    @staticmethod
+    def _shares_device(backend: RoutableBackend, ready: Sequence[RoutableBackend]) -> bool:
+        return any(b is not backend and b.device is backend.device for b in ready)
 
     @staticmethod
     def _device_idle(backend: RoutableBackend, backends: Sequence[RoutableBackend]) -> bool:
