@@ -198,7 +198,14 @@ def test_auto_requests_arriving_together_never_split_the_device(
         # Either all joined one backend, or whoever went elsewhere waited for the device.
         first = {r[0] for r in answers if r[3] == 0}
         assert len(first) == 1, answers
-        assert routes <= {"fastest", "within_margin", "join_batch", "wait_device", "explore"}
+        assert routes <= {
+            "fastest",
+            "within_margin",
+            "join_batch",
+            "wait_device",
+            "join_queue",
+            "explore",
+        }
 
 
 def test_exploration_under_load_waits_for_an_idle_device(
