@@ -276,6 +276,34 @@ def test_under_load_the_backend_measured_fastest_at_that_load_is_waited_for() ->
     assert RoutePolicy(tie, explore_share=0).choose("prose", loaded).reason == "join_batch"
 
 
+def test_backends_are_compared_at_a_load_level_both_were_measured_at() -> None:
+    # plain was measured only alone; ngram alone and at two streams. At two streams the only
+    # fair comparison is the one-stream one, not plain alone against ngram shared.
+    board = Scoreboard()
+    measure(board, "plain", "echo", 17)
+    measure(board, "ngram", "echo", 23)
+    measure(board, "ngram", "echo", 9.4, level=2)
+    policy = RoutePolicy(board, explore_share=0)
+    busy = shared(Backend("plain"), Backend("ngram", "ngram-mod", in_flight=1))
+    assert policy.choose("echo", busy) == RouteChoice("ngram", "fastest", 2)
+    # On devices of their own each runs at its own load, where each was measured.
+    apart = [Backend("plain"), Backend("ngram", "ngram-mod", in_flight=1)]
+    assert policy.choose("echo", apart) == RouteChoice("plain", "fastest", 1)
+
+
+def test_a_speculative_batch_a_little_slower_than_plain_is_joined_not_waited_out() -> None:
+    # ngram drafts at four streams and measures 8 % below plain: plain is the better start,
+    # but with ngram decoding, waiting for plain would idle the request for a whole drain.
+    board = Scoreboard()
+    measure(board, "plain", "code", 5.5, level=4)
+    measure(board, "ngram", "code", 5.1, level=4, draft_n=60, accepted=20)
+    policy = RoutePolicy(board, explore_share=0)
+    busy = shared(Backend("plain"), Backend("ngram", "ngram-mod", in_flight=3))
+    assert policy.choose("code", busy) == RouteChoice("ngram", "join_batch", 4)
+    idle = shared(Backend("plain"), Backend("ngram", "ngram-mod"))
+    assert policy.choose("code", idle) == RouteChoice("plain", "fastest", 1)
+
+
 async def test_a_request_that_must_wait_goes_where_the_device_goes_next() -> None:
     # plain decodes two code streams and a request for ngram already waits for the device:
     # whatever comes next waits anyway, and waiting for plain would mean a second drain.

@@ -115,9 +115,17 @@ class Scoreboard:
         """The estimate at exactly this load level, if any."""
         return self._table.get((backend, task, level))
 
-    def nearest(self, backend: str, task: str, level: int) -> Estimate | None:
-        """The estimate at this load level, else at the closest measured level."""
-        measured = [lv for lv in LOAD_LEVELS if (backend, task, lv) in self._table]
+    def measured_levels(self, backend: str, task: str) -> set[int]:
+        """The load levels this backend has an estimate at for this task."""
+        return {lv for lv in LOAD_LEVELS if (backend, task, lv) in self._table}
+
+    def nearest(
+        self, backend: str, task: str, level: int, among: set[int] | None = None
+    ) -> Estimate | None:
+        """The estimate at this load level, else at the closest measured level (of `among`)."""
+        measured = self.measured_levels(backend, task)
+        if among is not None:
+            measured &= among
         if not measured:
             return None
         best = min(measured, key=lambda lv: (abs(lv - level), lv))
