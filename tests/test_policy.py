@@ -304,6 +304,21 @@ def test_a_speculative_batch_a_little_slower_than_plain_is_joined_not_waited_out
     assert policy.choose("code", idle) == RouteChoice("plain", "fastest", 1)
 
 
+def test_a_full_batch_about_as_fast_is_queued_at_rather_than_drained() -> None:
+    # plain decodes four streams, every slot taken; ngram measures a little better at that
+    # load. A plain slot frees when one answer ends, the device only when all four have.
+    board = Scoreboard()
+    measure(board, "plain", "code", 5.5, level=4)
+    measure(board, "ngram", "code", 6.2, level=4)
+    policy = RoutePolicy(board, explore_share=0)
+    full = shared(Backend("plain", in_flight=4, saturated=True), Backend("ngram", "ngram-mod"))
+    assert policy.choose("code", full) == RouteChoice("plain", "join_batch", 8)
+    # For a clear gain the request waits for the device to move.
+    measure(board, "ngram", "code", 12, level=4)
+    measure(board, "ngram", "code", 12, level=4)
+    assert policy.choose("code", full) == RouteChoice("ngram", "wait_device", 8)
+
+
 async def test_a_request_that_must_wait_goes_where_the_device_goes_next() -> None:
     # plain decodes two code streams and a request for ngram already waits for the device:
     # whatever comes next waits anyway, and waiting for plain would mean a second drain.

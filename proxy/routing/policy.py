@@ -180,10 +180,17 @@ class RoutePolicy:
             # this load: joining the batch already decoding on the device (one process, no
             # extra threads) or spilling to one whose device has room.
             for other in ranked[1:]:
-                margin = JOIN_MARGIN if other.device is best.device else SPILL_MARGIN
+                same = other.device is best.device
+                margin = JOIN_MARGIN if same else SPILL_MARGIN
+                # A full batch decoding on the device is joined too: a slot frees when one of
+                # its answers ends, the device only when all of them have (eight code streams
+                # waited 25 s for four plain answers to drain, to move to a near-tie).
+                joinable = self._starts_now(other) or (
+                    same and other.load > 0 and other.device.admits(other.name)
+                )
                 if (
                     other.name not in demoted
-                    and self._starts_now(other)
+                    and joinable
                     and credited(other) >= (1 - margin) * credited(best)
                 ):
                     reason: RouteReason = "join_batch" if other.load else "spill"
