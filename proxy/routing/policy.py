@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -174,6 +174,10 @@ class RoutePolicy:
 
         ranked = sorted(ready, key=lambda b: (b.name in demoted, -credited(b), b.load))
         best = ranked[0]
+
+        def about_as_fast(other: RoutableBackend, margin: float) -> bool:
+            return other.name not in demoted and credited(other) >= (1 - margin) * credited(best)
+
         if not self._starts_now(best):
             # The best would wait: for its device (another backend decodes there) or for a
             # slot. A backend that starts at once is taken instead if it is about as fast at
@@ -188,17 +192,17 @@ class RoutePolicy:
                 joinable = self._starts_now(other) or (
                     same and other.load > 0 and other.device.admits(other.name)
                 )
-                if (
-                    other.name not in demoted
-                    and joinable
-                    and credited(other) >= (1 - margin) * credited(best)
-                ):
+                if joinable and about_as_fast(other, margin):
                     reason: RouteReason = "join_batch" if other.load else "spill"
                     return RouteChoice(other.name, reason, levels[other.name])
             if not best.device.admits(best.name):
-                queued = self._next_batch(best, ranked, demoted, credited)
-                if queued is not None:
-                    return RouteChoice(queued.name, "join_queue", levels[queued.name])
+                # The device runs the first waiting request's backend next: if that one is
+                # about as fast, waiting for the best instead would wait for a second drain.
+                upcoming = best.device.next_up()
+                for other in ranked[1:]:
+                    same = other.device is best.device
+                    if same and other.name == upcoming and about_as_fast(other, JOIN_MARGIN):
+                        return RouteChoice(other.name, "join_queue", levels[other.name])
                 return RouteChoice(best.name, "wait_device", levels[best.name])
         # A probe runs only where its device is idle: next to busy backends it would slow them
         # and be measured under contention it did not cause. On a device it shares, a probe
@@ -226,23 +230,6 @@ class RoutePolicy:
         elif fastest.name != best.name and estimates[fastest.name].tokens_per_s > credited(best):
             reason = "within_margin"
         return RouteChoice(best.name, reason, levels[best.name])
-
-    @staticmethod
-    def _next_batch(
-        best: RoutableBackend,
-        ranked: Sequence[RoutableBackend],
-        demoted: set[str],
-        credited: Callable[[RoutableBackend], float],
-    ) -> RoutableBackend | None:
-        """The backend the device runs next, when about as fast as the best: waiting for the
-        best instead would wait for two drains (the batch decoding now and the one queued)."""
-        upcoming = best.device.next_up()
-        for other in ranked[1:]:
-            if other.name != upcoming or other.device is not best.device:
-                continue
-            if other.name not in demoted and credited(other) >= (1 - JOIN_MARGIN) * credited(best):
-                return other
-        return None
 
     @staticmethod
     def _starts_now(backend: RoutableBackend) -> bool:
