@@ -240,26 +240,76 @@ def warm_up_prompts(task: str) -> list[Messages]:
 
 
 def prompt_slices(
-    plan: list[tuple[str, int, str]], pool_sizes: dict[str, int]
-) -> dict[tuple[str, int, str], tuple[int, int]]:
-    """Each cell's own (start, count) in its class's pool, more for more concurrent users.
+    levels: list[int], pool_sizes: dict[str, int]
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """Each (task, level)'s (start, count) in its class's pool, more for more concurrent users.
 
-    No two cells share a prompt, so every mode meets prompts that no backend has answered
-    before: ngram-mod remembers every answer it generated, and a mode run after another on the
-    same prompts would be measured on that memory rather than on its own merit. A cell that
-    uses up its slice starts it again (its own prompts only).
+    Every mode at a level sends the same prompts, so two cells differ only in how they were
+    decoded: temperature 0 gives the same answers, and a backend chosen by auto is compared with
+    itself on the same work. Levels get disjoint slices. A cell that uses up its slice starts it
+    again (its own prompts only).
     """
-    slices: dict[tuple[str, int, str], tuple[int, int]] = {}
+    slices: dict[tuple[str, int], tuple[int, int]] = {}
+    # Weighted by level + 2: a single stream sends fewer requests, but not 8x fewer.
+    weight = sum(level + 2 for level in levels)
     for task, size in pool_sizes.items():
-        cells = [c for c in plan if c[0] == task]
-        # Weighted by level + 2: a single stream sends fewer requests, but not 8x fewer.
-        weight = sum(level + 2 for _, level, _ in cells)
         start = 0
-        for cell in cells:
-            count = max(1, size * (cell[1] + 2) // weight)
-            slices[cell] = (start % size, count)
+        for level in levels:
+            count = max(1, size * (level + 2) // weight)
+            slices[(task, level)] = (start % size, count)
             start += count
     return slices
+
+
+# Edits differ only in an instruction line after a 700-1,400-token file, so a backend that has
+# served a cell's edits saves auto about 30 tokens of prompt processing each (2-3 % of a request
+# at one stream), while re-warming the four files on it takes 3-4 min; new code and questions
+# differ in their 100-300-token signature and docstring, a tenth of a request or more.
+_SHORT_PROMPT_TAILS = frozenset({"echo"})
+
+
+def fresh_before_auto(task: str, backends: list[str], kinds: dict[str, str]) -> list[str]:
+    """The pinned backends to restart before auto's cell, so none gains from the pinned cells.
+
+    An n-gram backend remembers every answer it generated and would copy the pinned cell's
+    answers back to auto: always restarted. The others keep only prompt caches, which are
+    restarted away except where the prompts differ in a few tokens (``_SHORT_PROMPT_TAILS``).
+    """
+    pinned = [b for b in backends if b != AUTO and not b.startswith(f"{AUTO}-")]
+    if task not in _SHORT_PROMPT_TAILS:
+        return pinned
+    return [b for b in pinned if kinds.get(b, "").startswith("ngram")]
+
+
+def restart_backends(opts: SweepOptions, names: list[str], patience_s: float = 300) -> list[str]:
+    """Restart each backend through the proxy's admin endpoint; the ones that could not be.
+
+    The proxy refuses while a backend has requests in flight (a cut request may still be
+    leaving), so a refusal for that is retried for up to patience_s.
+    """
+    failed = []
+    for name in names:
+        deadline = time.monotonic() + patience_s
+        while True:
+            request = urllib.request.Request(
+                f"{opts.url}/admin/backends/{name}/restart", b"", _auth(opts.api_key), method="POST"
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=900) as resp:
+                    took = json.load(resp).get("took_s")
+                print(f"restarted {name} ({took} s)", flush=True)
+                break
+            except urllib.error.HTTPError as err:
+                error = json.load(err).get("error", {})
+                if error.get("code") == "backend_busy" and time.monotonic() < deadline:
+                    time.sleep(1)
+                    continue
+                print(f"could not restart {name}: {error.get('message', err.reason)}", flush=True)
+            except (OSError, ValueError) as exc:
+                print(f"could not restart {name}: {exc}", flush=True)
+            failed.append(name)
+            break
+    return failed
 
 
 def warm_prompt_caches(opts: SweepOptions, task: str, backends: list[str]) -> None:
@@ -344,15 +394,18 @@ def _discover(opts: SweepOptions) -> tuple[list[str], dict[str, str], str | None
     return backends, kinds, baseline
 
 
-def _describe(opts: SweepOptions) -> str:
+def _describe(opts: SweepOptions, not_fresh: list[str]) -> str:
     stop = f"{opts.seconds} s of new requests, then {opts.drain} s to finish"
     if opts.requests_per_user:
         stop = f"{opts.requests_per_user} requests per user or {stop}"
     stream = "streamed" if opts.stream else "not streamed"
     return (
         f"max_tokens {opts.max_tokens}, temperature {opts.temperature}, {stream}; "
-        f"each cell: {stop}, on prompts of its own (no backend meets a prompt it has answered "
-        f"before, so no mode gains from another's history); {time.strftime('%Y-%m-%d %H:%M')}."
+        f"each cell: {stop}; every mode at a level sends the same prompts, and before auto's "
+        f"cell the backends that served them are restarted (n-gram always; the others "
+        f"except on {', '.join(sorted(_SHORT_PROMPT_TAILS))}) so auto gains from no pinned "
+        f"cell's history{'; NOT restarted: ' + ', '.join(not_fresh) if not_fresh else ''}; "
+        f"{time.strftime('%Y-%m-%d %H:%M')}."
     )
 
 
@@ -379,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     plan = [(t, lv, b) for t in opts.tasks for lv in opts.levels for b in backends]
-    slices = prompt_slices(plan, {t: len(PROMPTS[t]) for t in opts.tasks})
+    slices = prompt_slices(opts.levels, {t: len(PROMPTS[t]) for t in opts.tasks})
     bound = len(plan) * (opts.seconds + opts.drain + _CELL_OVERHEAD_S) / 60
     print(
         f"{len(plan)} cells ({', '.join(backends)}): about {bound:.0f} min, plus what cut "
@@ -389,6 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     opts.out.mkdir(parents=True, exist_ok=True)
     cells: list[Cell] = []
+    not_fresh: list[str] = []
     interrupted = False
     try:
         for i, (task, level, backend) in enumerate(plan, 1):
@@ -396,9 +450,16 @@ def main(argv: list[str] | None = None) -> int:
                 _wait_idle(opts.url, opts.idle_timeout, opts.api_key)
                 print(f"warming the backends' prompt caches for {task} ...", flush=True)
                 warm_prompt_caches(opts, task, backends)
+            if backend == AUTO and any(b != AUTO for _, lv, b in plan if lv == level):
+                _wait_idle(opts.url, opts.idle_timeout, opts.api_key)
+                fresh = fresh_before_auto(task, backends, kinds)
+                failed = restart_backends(opts, fresh)
+                not_fresh += [f"{task} ×{level} {b}" for b in failed]
+                if opts.warm_up:
+                    warm_prompt_caches(opts, task, [b for b in fresh if b not in failed])
             if not _wait_idle(opts.url, opts.idle_timeout, opts.api_key):
                 print(f"backends still busy after {opts.idle_timeout:.0f} s; measuring anyway")
-            summary = run_cell(opts, task, backend, level, slices[(task, level, backend)])
+            summary = run_cell(opts, task, backend, level, slices[(task, level)])
             cell = Cell(task, backend, level, summary)
             cells.append(cell)
             print(f"[{i}/{len(plan)}] {_line(cell)}", flush=True)
@@ -409,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         interrupted = True
     if cells:
-        setup = SweepSetup(opts.url, kinds, baseline, opts.margin, _describe(opts))
+        setup = SweepSetup(opts.url, kinds, baseline, opts.margin, _describe(opts, not_fresh))
         write_csv(opts.out / "results.csv", cells)
         write_markdown(opts.out / "report.md", cells, setup)
         write_plot(opts.out / "tokens_per_s.png", cells)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from loadtests.prompts import PROMPTS, prompt_sequence
-from loadtests.sweep import prompt_slices, warm_up_prompts
+from loadtests.sweep import fresh_before_auto, prompt_slices, warm_up_prompts
 from proxy.routing.calibration import calibration_requests
 from proxy.tasks import TASK_CLASSES
 from proxy.workload import measurement_pool, of_task, workload
@@ -49,22 +49,30 @@ def test_pool_questions_are_short_and_under_a_coding_system_prompt() -> None:
             assert len(user["content"]) < 2000
 
 
-def test_every_sweep_cell_gets_prompts_no_other_cell_sends() -> None:
-    levels, modes = (1, 2, 4, 8), ("plain", "draft", "ngram", "auto")
-    plan = [(t, lv, m) for t in PROMPTS for lv in levels for m in modes]
+def test_every_mode_at_a_level_gets_the_same_prompts_and_levels_disjoint_ones() -> None:
+    levels = [1, 2, 4, 8]
     sizes = {t: len(PROMPTS[t]) for t in PROMPTS}
-    slices = prompt_slices(plan, sizes)
-    assert set(slices) == set(plan)
+    slices = prompt_slices(levels, sizes)
+    assert set(slices) == {(t, lv) for t in PROMPTS for lv in levels}
     for task in PROMPTS:
         used: list[int] = []
-        for (t, level, _), (start, count) in slices.items():
-            if t == task:
-                assert count >= level, "each concurrent user has a prompt of its own"
-                used += range(start, start + count)
-        assert len(used) == len(set(used)), "no prompt is in two cells"
+        for level in levels:
+            start, count = slices[(task, level)]
+            # A cell cycles only once its slice is used up: at 8 users, 8 cells' worth of edits.
+            assert count >= 4 * level, "a cell should not run out of prompts of its own"
+            used += range(start, start + count)
+        assert len(used) == len(set(used)), "no prompt is in two levels"
         assert max(used) < sizes[task]
-    # More concurrent users get more prompts: a cell at 8 issues more requests than one at 1.
-    assert slices[("echo", 8, "auto")][1] > slices[("echo", 1, "auto")][1]
+    assert slices[("echo", 8)][1] > slices[("echo", 1)][1]
+
+
+def test_before_auto_every_backend_that_could_help_it_is_restarted() -> None:
+    backends = ["plain", "draft", "ngram", "auto"]
+    kinds = {"plain": "plain", "draft": "draft-simple", "ngram": "ngram-mod"}
+    # n-gram remembers answers: always; prompt caches matter where prompts differ a lot.
+    assert fresh_before_auto("echo", backends, kinds) == ["ngram"]
+    assert fresh_before_auto("code", backends, kinds) == ["plain", "draft", "ngram"]
+    assert fresh_before_auto("prose", backends, kinds) == ["plain", "draft", "ngram"]
 
 
 def test_warm_up_covers_every_prefix_once_with_prompts_no_cell_sends() -> None:

@@ -378,6 +378,46 @@ async def scoreboard(request: web.Request) -> web.Response:
     return web.json_response({"estimates": rows})
 
 
+async def restart_backend(request: web.Request) -> web.Response:
+    """POST /admin/backends/{name}/restart: a fresh llama-server, once nothing is in flight.
+
+    Load tests use it to give every mode the same history: an n-gram backend remembers every
+    answer it generated, and prompt caches keep every prompt.
+    """
+    name = request.match_info["name"]
+    backend = request.app[POOL].get(name)
+    if backend is None:
+        known = ", ".join(request.app[POOL].names)
+        raise ApiError(404, f"no backend {name!r}; the backends are {known}", code="not_found")
+    if isinstance(backend, ExternalBackend):
+        raise ApiError(
+            409,
+            f"backend {name!r} is an external server; restart it where it runs",
+            code="not_restartable",
+        )
+    if backend.in_flight or backend.queued:
+        raise ApiError(
+            409,
+            f"backend {name!r} has {backend.in_flight} requests in flight and {backend.queued} "
+            "queued; retry once it is idle (GET /health shows it)",
+            code="backend_busy",
+        )
+    started = time.monotonic()
+    timeout = request.app[SETTINGS].ready_timeout_s
+    if not await backend.restart(timeout):
+        raise ApiError(
+            504,
+            f"backend {name!r} was restarted but is not ready after {timeout:.0f} s; "
+            "GET /health shows its state, and the proxy log its llama-server output",
+            code="backend_not_ready",
+        )
+    took = round(time.monotonic() - started, 2)
+    log.info("backend restarted", backend=name, took_s=took)
+    return web.json_response(
+        {"backend": name, "state": backend.state, "pid": backend.pid, "took_s": took}
+    )
+
+
 async def metrics(request: web.Request) -> web.Response:
     """GET /metrics: Prometheus text for the proxy, its router and every ready backend."""
     app = request.app
@@ -394,3 +434,4 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/scoreboard", scoreboard)
+    app.router.add_post("/admin/backends/{name}/restart", restart_backend)

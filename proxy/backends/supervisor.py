@@ -81,6 +81,8 @@ class BackendSupervisor:
         self.last_lines: deque[str] = deque(maxlen=40)
         self._ready = asyncio.Event()
         self._stopping = False
+        self._restart_asked = False
+        self._spawned = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._pump_task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
@@ -217,6 +219,30 @@ class BackendSupervisor:
         await self._terminate()
         self._set_state("stopped")
 
+    async def restart(self, timeout: float | None = None) -> bool:
+        """Replace llama-server with a fresh process and wait until it is ready; False on timeout.
+
+        What the old process kept goes with it: prompt caches, and an n-gram backend's memory of
+        every answer it generated.
+        """
+        if self.spec.url is not None or self._task is None:
+            raise RuntimeError(f"backend {self.name!r} has no process of this proxy's to restart")
+        self._restart_asked = True
+        self._spawned.clear()
+        self._set_state("restarting")
+        await self._terminate()
+
+        async def fresh_and_ready() -> None:
+            # A health check in flight while the old process ended may have flagged it ready.
+            await self._spawned.wait()
+            await self._ready.wait()
+
+        try:
+            await asyncio.wait_for(fresh_and_ready(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
     def _set_state(self, state: BackendState) -> None:
         if state != self.state:
             log.info("backend state", backend=self.name, state=state, previous=self.state)
@@ -238,6 +264,11 @@ class BackendSupervisor:
                 await self._watch()
             if self._stopping:
                 return
+            if self.spec.url is None and self._restart_asked:
+                # Asked for, not a crash: no backoff, and the restart counter stays for crashes.
+                self._restart_asked = False
+                log.info("backend restarted on request", backend=self.name)
+                continue
             if self.spec.url is None:
                 await self._terminate()
                 if time.monotonic() - ready_at > _STABLE_AFTER_S:
@@ -274,6 +305,7 @@ class BackendSupervisor:
         self._pump_task = asyncio.create_task(
             self._pump_output(self.process), name=f"log-{self.name}"
         )
+        self._spawned.set()
 
     async def _pump_output(self, process: asyncio.subprocess.Process) -> None:
         assert process.stdout is not None
