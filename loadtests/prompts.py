@@ -24,9 +24,10 @@ PROMPTS: Final[dict[str, tuple[Messages, ...]]] = {
 def prompt_sequence(task_class: str, start: int, count: int) -> list[tuple[str, Messages]]:
     """The (task, messages) pairs a run sends, in order: ``count`` from ``start`` of the pool.
 
-    Every request of a run is a different prompt until the slice is used up, and the sweep
-    gives each cell a slice of its own, so no backend meets a prompt whose answer it has
-    already generated (ngram-mod would copy it back).
+    Every request of a run is a different prompt until the slice is used up. The sweep gives
+    each level a slice of its own, sent by every mode, and restarts the backends before
+    ``auto``'s cell, so no backend meets a prompt whose answer it has already generated
+    (ngram-mod would copy it back).
     """
     classes = list(PROMPTS) if task_class == "mixed" else [task_class]
     # Interleaved, so a mixed run alternates code, prose and echo.

@@ -13,12 +13,14 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from loadtests.measure import RunSummary, read_samples, summarise
-from loadtests.prompts import PROMPTS, Messages
+from loadtests.prompts import PROMPTS, Messages, prompt_sequence
 from loadtests.report import (
     AUTO,
     Cell,
@@ -222,14 +224,15 @@ def _wait_idle(url: str, timeout: float, api_key: str | None = None) -> bool:
     return timeout <= 0
 
 
-def warm_up_prompts(task: str) -> list[Messages]:
-    """One request per distinct prefix (system prompt, pasted file) of the task's pool.
+def warm_up_prompts(task: str, prompts: Sequence[Messages] | None = None) -> list[Messages]:
+    """One request per distinct prefix (system prompt, pasted file) of prompts (default: the
+    task's pool).
 
     Each keeps a pool request's prefix and asks only for "OK", so it is a prompt that no cell
     sends.
     """
     prefixes: dict[str, Messages] = {}
-    for messages in PROMPTS[task]:
+    for messages in PROMPTS[task] if prompts is None else prompts:
         # An edit's prefix runs to the end of its pasted file; a question's is its system prompt.
         *head, user = messages
         end = user["content"].rfind("\n```\n\n")
@@ -262,23 +265,26 @@ def prompt_slices(
 
 
 # Edits differ only in an instruction line after a 700-1,400-token file, so a backend that has
-# served a cell's edits saves auto about 30 tokens of prompt processing each (2-3 % of a request
-# at one stream), while re-warming the four files on it takes 3-4 min; new code and questions
-# differ in their 100-300-token signature and docstring, a tenth of a request or more.
+# served a cell's edits saves the next mode about 30 tokens of prompt processing each (2-3 % of a
+# request at one stream), while re-warming four files on it takes 3-4 min; new code and
+# questions differ in their signature and docstring, a larger share, and re-warm in seconds.
 _SHORT_PROMPT_TAILS = frozenset({"echo"})
 
 
-def fresh_before_auto(task: str, backends: list[str], kinds: dict[str, str]) -> list[str]:
-    """The pinned backends to restart before auto's cell, so none gains from the pinned cells.
+def restart_before(task: str, mode: str, backends: list[str], kinds: dict[str, str]) -> list[str]:
+    """The backends restarted before a mode's cell, so every mode at a level starts alike.
 
-    An n-gram backend remembers every answer it generated and would copy the pinned cell's
-    answers back to auto: always restarted. The others keep only prompt caches, which are
-    restarted away except where the prompts differ in a few tokens (``_SHORT_PROMPT_TAILS``).
+    The modes of a level send the same prompts. An n-gram backend remembers every answer it
+    generated and would copy them back to the next mode: it is restarted before each cell that
+    can use it. Prompt caches would hand the next mode its prompts already processed: backends
+    are restarted for that too, except where prompts differ in a few tokens
+    (``_SHORT_PROMPT_TAILS``).
     """
     pinned = [b for b in backends if b != AUTO and not b.startswith(f"{AUTO}-")]
+    usable = pinned if mode not in pinned else [mode]
     if task not in _SHORT_PROMPT_TAILS:
-        return pinned
-    return [b for b in pinned if kinds.get(b, "").startswith("ngram")]
+        return usable
+    return [b for b in usable if kinds.get(b, "").startswith("ngram")]
 
 
 def restart_backends(opts: SweepOptions, names: list[str], patience_s: float = 300) -> list[str]:
@@ -312,36 +318,65 @@ def restart_backends(opts: SweepOptions, names: list[str], patience_s: float = 3
     return failed
 
 
-def warm_prompt_caches(opts: SweepOptions, task: str, backends: list[str]) -> None:
-    """Send each distinct prompt prefix of the task once to each pinned backend, one token long.
+def _short_prefix(messages: Messages) -> bool:
+    """Whether the prefix is a system prompt alone (no pasted file)."""
+    return "\n```\n\n" not in messages[-1]["content"]
+
+
+def warm_prompt_caches(
+    opts: SweepOptions,
+    task: str,
+    backends: list[str],
+    slots: dict[str, int],
+    prompts: Sequence[Messages] | None = None,
+) -> None:
+    """Send each distinct prompt prefix of prompts (default: the task's pool) to each pinned
+    backend, one token long; a system prompt alone to each of its slots at once.
 
     Every backend serves the same target model, so prompt processing says nothing about
     speculation, yet on a small CPU a cold 1,500-token file takes longer than a whole cell.
     The pool's requests differ only after their shared prefix (a system prompt, a pasted
     file), which llama-server keeps once processed (slots plus its RAM cache), so the cells
-    then measure generation under load rather than who saw a file first.
+    then measure generation under load rather than who saw a file first. A backend that has
+    served a class holds its system prompt in every slot, and a restarted one is given the same;
+    a file is warmed once (four copies of a 1,400-token file take minutes).
     """
     headers = {"Content-Type": "application/json", **_auth(opts.api_key)}
+
+    def send(backend: str, messages: Messages, slot: int | None) -> str | None:
+        body: dict[str, Any] = {"model": backend, "max_tokens": 1, "messages": list(messages)}
+        if slot is not None:
+            # llama-server's own field: identical prompts would otherwise share one slot.
+            body["id_slot"] = slot
+        request = urllib.request.Request(
+            f"{opts.url}/v1/chat/completions", json.dumps(body).encode(), headers
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=600) as resp:
+                resp.read()
+        except (OSError, ValueError) as exc:
+            return str(exc)
+        return None
+
     for backend in backends:
         if backend == AUTO or backend.startswith(f"{AUTO}-"):
             continue
-        for messages in warm_up_prompts(task):
-            body = {"model": backend, "max_tokens": 1, "messages": list(messages)}
-            request = urllib.request.Request(
-                f"{opts.url}/v1/chat/completions", json.dumps(body).encode(), headers
-            )
-            try:
-                with urllib.request.urlopen(request, timeout=600) as resp:
-                    resp.read()
-            except (OSError, ValueError) as exc:
-                print(f"warm-up of {backend} failed ({exc}); measuring anyway", flush=True)
+        for messages in warm_up_prompts(task, prompts):
+            copies: list[int | None] = [None]
+            if _short_prefix(messages):
+                copies = list(range(slots.get(backend, 1)))
+            with ThreadPoolExecutor(len(copies)) as pool:
+                outcomes = pool.map(send, [backend] * len(copies), [messages] * len(copies), copies)
+                errors = [e for e in outcomes if e]
+            if errors:
+                print(f"warm-up of {backend} failed ({errors[0]}); measuring anyway", flush=True)
                 return
 
 
 def run_cell(
     opts: SweepOptions, task: str, backend: str, level: int, prompts: tuple[int, int]
 ) -> RunSummary:
-    """One headless locust run on its own prompts; stats, log and samples land in <out>/cells/."""
+    """One headless locust run on its slice of prompts; stats, log, samples go to <out>/cells/."""
     cells = opts.out / "cells"
     cells.mkdir(parents=True, exist_ok=True)
     name = f"{task}-{backend}-c{level}"
@@ -378,10 +413,13 @@ def run_cell(
     return summarise(read_samples(results))
 
 
-def _discover(opts: SweepOptions) -> tuple[list[str], dict[str, str], str | None]:
-    """Backends to load (pinned ones first, auto last), their kinds and the baseline."""
+def _discover(
+    opts: SweepOptions,
+) -> tuple[list[str], dict[str, str], dict[str, int], str | None]:
+    """Backends to load (pinned ones first, auto last), their kinds and slots, the baseline."""
     health = _health(opts.url)
     kinds = {n: str(b.get("spec_type") or b.get("kind") or "?") for n, b in health.items()}
+    slots = {n: int(b.get("limit") or 1) for n, b in health.items()}
     if opts.backends is not None:
         backends = opts.backends
     else:
@@ -391,7 +429,7 @@ def _discover(opts: SweepOptions) -> tuple[list[str], dict[str, str], str | None
     backends = sorted(backends, key=lambda b: b == AUTO)
     plain = [n for n, b in health.items() if b.get("kind") == "plain"]
     baseline = opts.baseline or (plain[0] if plain else "plain" if "plain" in backends else None)
-    return backends, kinds, baseline
+    return backends, kinds, slots, baseline
 
 
 def _describe(opts: SweepOptions, not_fresh: list[str]) -> str:
@@ -401,10 +439,10 @@ def _describe(opts: SweepOptions, not_fresh: list[str]) -> str:
     stream = "streamed" if opts.stream else "not streamed"
     return (
         f"max_tokens {opts.max_tokens}, temperature {opts.temperature}, {stream}; "
-        f"each cell: {stop}; every mode at a level sends the same prompts, and before auto's "
-        f"cell the backends that served them are restarted (n-gram always; the others "
-        f"except on {', '.join(sorted(_SHORT_PROMPT_TAILS))}) so auto gains from no pinned "
-        f"cell's history{'; NOT restarted: ' + ', '.join(not_fresh) if not_fresh else ''}; "
+        f"each cell: {stop}; every mode at a level sends the same prompts, and before each "
+        f"cell the backends it can use are restarted (n-gram always; the others except on "
+        f"{', '.join(sorted(_SHORT_PROMPT_TAILS))}) so no mode gains from another's history"
+        f"{'; NOT restarted: ' + ', '.join(not_fresh) if not_fresh else ''}; "
         f"{time.strftime('%Y-%m-%d %H:%M')}."
     )
 
@@ -423,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run every cell, write the report; exit 1 if any request failed."""
     opts = parse_options(argv)
     try:
-        backends, kinds, baseline = _discover(opts)
+        backends, kinds, slots, baseline = _discover(opts)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(
             f"sweep: cannot read {opts.url}/v1/models: {exc}; is the proxy running? "
@@ -447,16 +485,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for i, (task, level, backend) in enumerate(plan, 1):
             if opts.warm_up and (i == 1 or plan[i - 2][0] != task):
+                # Those restarted before their first cell are warmed then, on its prompts.
+                kept = [b for b in backends if b not in restart_before(task, b, backends, kinds)]
                 _wait_idle(opts.url, opts.idle_timeout, opts.api_key)
                 print(f"warming the backends' prompt caches for {task} ...", flush=True)
-                warm_prompt_caches(opts, task, backends)
-            if backend == AUTO and any(b != AUTO for _, lv, b in plan if lv == level):
+                warm_prompt_caches(opts, task, kept, slots)
+            fresh = restart_before(task, backend, backends, kinds)
+            if fresh:
                 _wait_idle(opts.url, opts.idle_timeout, opts.api_key)
-                fresh = fresh_before_auto(task, backends, kinds)
                 failed = restart_backends(opts, fresh)
                 not_fresh += [f"{task} ×{level} {b}" for b in failed]
                 if opts.warm_up:
-                    warm_prompt_caches(opts, task, [b for b in fresh if b not in failed])
+                    start, count = slices[(task, level)]
+                    sent = [m for _, m in prompt_sequence(task, start, count)]
+                    warm_prompt_caches(
+                        opts, task, [b for b in fresh if b not in failed], slots, sent
+                    )
             if not _wait_idle(opts.url, opts.idle_timeout, opts.api_key):
                 print(f"backends still busy after {opts.idle_timeout:.0f} s; measuring anyway")
             summary = run_cell(opts, task, backend, level, slices[(task, level)])
