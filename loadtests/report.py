@@ -185,6 +185,11 @@ def auto_lines(cells: Sequence[Cell], task: str, levels: Sequence[int]) -> list[
             best = max(pinned, key=lambda b: pinned[b])
             share = cell.summary.aggregate_tps / pinned[best]
             text += f"; {share:.0%} of the best pinned backend ({best}, {pinned[best]:.1f} tok/s)"
+            answered = cell.summary.backends
+            main = max(answered, key=lambda b: answered[b]) if answered else None
+            # Same prompts, same backend: how far two cells of one backend differ here.
+            if main in pinned and main != best and answered[main] == sum(answered.values()):
+                text += f", {cell.summary.aggregate_tps / pinned[main]:.0%} of {main} pinned"
         lines.append(text)
     return lines
 

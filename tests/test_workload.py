@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from loadtests.measure import RunSummary
 from loadtests.prompts import PROMPTS, prompt_sequence
+from loadtests.report import Cell, auto_lines
 from loadtests.sweep import prompt_slices, restart_before, warm_up_prompts
 from proxy.routing.calibration import calibration_requests
 from proxy.tasks import TASK_CLASSES
@@ -114,3 +116,24 @@ def test_a_locust_run_sends_its_slice_in_order_then_starts_it_again() -> None:
 
 def test_workload_still_holds_fim_and_every_class() -> None:
     assert {r.task for r in workload()} == {*TASK_CLASSES, "fim"}
+
+
+def _cell(backend: str, tps: float, answered: dict[str, int]) -> Cell:
+    summary = RunSummary(4, 0, 0, int(tps * 40), 40.0, tps, None, None, None, answered)
+    return Cell("prose", backend, 8, summary)
+
+
+def test_auto_line_compares_auto_with_the_best_and_with_the_backend_it_used() -> None:
+    cells = [
+        _cell("plain", 20.0, {"plain": 4}),
+        _cell("ngram", 22.0, {"ngram": 4}),
+        _cell("auto", 16.0, {"plain": 5}),
+    ]
+    (line,) = auto_lines(cells, "prose", [8])
+    assert line == (
+        "- auto at 8: chose plain 100%; 73% of the best pinned backend (ngram, 22.0 tok/s), "
+        "80% of plain pinned"
+    )
+    # Auto on the best backend: one comparison says it all.
+    cells[2] = _cell("auto", 16.0, {"ngram": 5})
+    assert auto_lines(cells, "prose", [8])[0].endswith("(ngram, 22.0 tok/s)")
