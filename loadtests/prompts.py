@@ -25,8 +25,8 @@ def prompt_sequence(task_class: str, start: int, count: int) -> list[tuple[str, 
     """The (task, messages) pairs a run sends, in order: ``count`` from ``start`` of the pool.
 
     Every request of a run is a different prompt until the slice is used up. The sweep gives
-    each level a slice of its own, sent by every mode, and restarts the backends before
-    ``auto``'s cell, so no backend meets a prompt whose answer it has already generated
+    each level a slice of its own, sent by every mode, and restarts the backends a cell can
+    use before it, so no backend meets a prompt whose answer it has already generated
     (ngram-mod would copy it back).
     """
     classes = list(PROMPTS) if task_class == "mixed" else [task_class]
