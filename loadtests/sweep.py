@@ -224,6 +224,15 @@ def _wait_idle(url: str, timeout: float, api_key: str | None = None) -> bool:
     return timeout <= 0
 
 
+# Where a pasted file ends in an edit request: what comes before it is the shared prefix.
+_FILE_END = "\n```\n\n"
+
+
+def _routed(model: str) -> bool:
+    """Whether a model id is auto (or auto for one class) rather than a pinned backend."""
+    return model == AUTO or model.startswith(f"{AUTO}-")
+
+
 def warm_up_prompts(task: str, prompts: Sequence[Messages] | None = None) -> list[Messages]:
     """One request per distinct prefix (system prompt, pasted file) of prompts (default: the
     task's pool).
@@ -235,8 +244,8 @@ def warm_up_prompts(task: str, prompts: Sequence[Messages] | None = None) -> lis
     for messages in PROMPTS[task] if prompts is None else prompts:
         # An edit's prefix runs to the end of its pasted file; a question's is its system prompt.
         *head, user = messages
-        end = user["content"].rfind("\n```\n\n")
-        prefix = user["content"][: end + 6] if end >= 0 else ""
+        end = user["content"].rfind(_FILE_END)
+        prefix = user["content"][: end + len(_FILE_END)] if end >= 0 else ""
         warm = (*head, {"role": "user", "content": prefix + "Reply with OK."})
         prefixes.setdefault(head[0]["content"] + prefix, warm)
     return list(prefixes.values())
@@ -280,7 +289,7 @@ def restart_before(task: str, mode: str, backends: list[str], kinds: dict[str, s
     are restarted for that too, except where prompts differ in a few tokens
     (``_SHORT_PROMPT_TAILS``).
     """
-    pinned = [b for b in backends if b != AUTO and not b.startswith(f"{AUTO}-")]
+    pinned = [b for b in backends if not _routed(b)]
     usable = pinned if mode not in pinned else [mode]
     if task not in _SHORT_PROMPT_TAILS:
         return usable
@@ -320,7 +329,7 @@ def restart_backends(opts: SweepOptions, names: list[str], patience_s: float = 3
 
 def _short_prefix(messages: Messages) -> bool:
     """Whether the prefix is a system prompt alone (no pasted file)."""
-    return "\n```\n\n" not in messages[-1]["content"]
+    return _FILE_END not in messages[-1]["content"]
 
 
 def warm_prompt_caches(
@@ -359,7 +368,7 @@ def warm_prompt_caches(
         return None
 
     for backend in backends:
-        if backend == AUTO or backend.startswith(f"{AUTO}-"):
+        if _routed(backend):
             continue
         for messages in warm_up_prompts(task, prompts):
             copies: list[int | None] = [None]
@@ -424,7 +433,7 @@ def _discover(
         backends = opts.backends
     else:
         ids = [m["id"] for m in _get_json(f"{opts.url}/v1/models", opts.api_key)["data"]]
-        backends = [i for i in ids if i != AUTO and not i.startswith(f"{AUTO}-")] + [AUTO]
+        backends = [i for i in ids if not _routed(i)] + [AUTO]
     # Auto goes last at each level, so the router has just measured every backend there.
     backends = sorted(backends, key=lambda b: b == AUTO)
     plain = [n for n, b in health.items() if b.get("kind") == "plain"]

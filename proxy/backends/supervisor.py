@@ -264,7 +264,7 @@ class BackendSupervisor:
                 await self._watch()
             if self._stopping:
                 return
-            if self.spec.url is None and self._restart_asked:
+            if self._restart_asked:
                 # Asked for, not a crash: no backoff, and the restart counter stays for crashes.
                 self._restart_asked = False
                 log.info("backend restarted on request", backend=self.name)
