@@ -80,6 +80,23 @@ class BackendConfig(BaseModel):
     )
     ctx_size: int = Field(default=4096, ge=128)
     parallel: int = Field(default=1, ge=1, le=256)
+    kv_unified: bool = Field(
+        default=False,
+        description="one KV cache shared by all slots, so each request may use the whole "
+        "ctx_size (llama-server --kv-unified); otherwise each slot gets ctx_size / parallel",
+    )
+    batch_size: int | None = Field(
+        default=None,
+        ge=32,
+        description="prompt tokens per llama-server step (--batch-size): a cancelled prompt "
+        "stops at the end of its step, so a smaller one frees the device sooner",
+    )
+    cache_ram_mib: int | None = Field(
+        default=None,
+        ge=-1,
+        description="RAM for llama-server's prompt cache of idle slots (--cache-ram; its "
+        "default is 8192 MiB per process, 0 disables it)",
+    )
     max_concurrency: int | None = Field(
         default=None, ge=1, description="requests sent at once (default: parallel)"
     )
@@ -146,6 +163,12 @@ class BackendConfig(BaseModel):
                 "`draft_model` or set kind: draft-simple"
             )
         return self
+
+    @property
+    def request_context(self) -> int:
+        """Tokens one request may hold (prompt and answer) as configured: llama-server's
+        per-slot context before it reads the model."""
+        return self.ctx_size if self.kv_unified else self.ctx_size // self.parallel
 
     @property
     def n_max(self) -> int:

@@ -113,3 +113,12 @@ def slots_processing(slots: object) -> int | None:
     if not isinstance(slots, list):
         return None
     return sum(1 for s in slots if isinstance(s, dict) and s.get("is_processing"))
+
+
+def slot_context(props: object) -> int | None:
+    """Tokens one request may hold on a llama-server, from its /props; None if it does not say."""
+    settings = props.get("default_generation_settings") if isinstance(props, dict) else None
+    n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
+    if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx <= 0:
+        return None
+    return n_ctx

@@ -60,8 +60,10 @@ async def test_no_first_token_is_a_504_and_a_stall_an_sse_error(tmp_path: Path) 
         status, events = await sse_events(
             proxy.url, {"model": "plain", "messages": HELLO, "stream": True}
         )
-        assert status == 200 and len(events) == 3
-        error = json.loads(events[-1])["error"]
+        # Two tokens, the error, and the `[DONE]` that ends every OpenAI stream.
+        assert status == 200 and len(events) == 4 and events[-1] == "[DONE]"
+        error = json.loads(events[-2])["error"]
+        assert error["type"] == "timeout_error"
         assert error["code"] == "upstream_timeout" and "stalled for 0.3 s" in error["message"]
         await asyncio.sleep(0.1)
         assert double.processing == 0, "the stalled upstream request was not cancelled"
@@ -75,8 +77,8 @@ async def test_a_reset_mid_stream_ends_with_an_error_event_and_marks_the_backend
         status, events = await sse_events(
             proxy.url, {"model": "ngram", "messages": HELLO, "stream": True}
         )
-        assert status == 200
-        assert json.loads(events[-1])["error"]["code"] == "upstream_error"
+        assert status == 200 and events[-1] == "[DONE]"
+        assert json.loads(events[-2])["error"]["code"] == "upstream_error"
         health = await (await proxy.http.get("/health")).json()
         assert health["backends"]["ngram"]["state"] == "unhealthy"
 

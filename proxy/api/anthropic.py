@@ -73,9 +73,12 @@ class MessagesStreamFix(EventRewriter):
         super().__init__()
         self._model = model
         self._started = False
+        self._ended = False
 
     def rewrite(self, event: bytes) -> bytes:
         """The event, after a `message_start` if the stream lacks one, errors reshaped."""
+        if event.startswith((b"event: error", b"event: message_stop")):
+            self._ended = True
         if event.startswith(b"event: error"):
             self._started = True
             return self._error(event)
@@ -85,6 +88,20 @@ class MessagesStreamFix(EventRewriter):
         if event.startswith(b"event: message_start"):
             return event
         return self._message_start() + b"\n\n" + event
+
+    def flush(self) -> bytes:
+        """What is left, and an `error` event when the stream ended without `message_stop`."""
+        rest = super().flush()
+        if self._ended:
+            return rest
+        if rest.strip():
+            rest = rest.rstrip(b"\n") + b"\n\n"
+        return rest + self.fail(502, "the backend ended the stream before message_stop", "")
+
+    def fail(self, status: int, message: str, code: str) -> bytes:
+        """Anthropic's `error` event, which ends a Messages stream."""
+        self._ended = True
+        return sse_error(status, message)
 
     def _message_start(self) -> bytes:
         # Its prompt token count is unknown here: the final message_delta still counts output.

@@ -8,8 +8,9 @@ from aiohttp import web
 
 from proxy.api.errors import ApiError, Handler
 
-# Health and metrics stay open so load balancers and Prometheus need no secret.
-OPEN_PATHS = frozenset({"/health", "/metrics"})
+# Health and metrics stay open so load balancers and Prometheus need no secret; `/` says only
+# what this server is (Claude Code checks it with a HEAD before sending its key).
+OPEN_PATHS = frozenset({"/", "/health", "/metrics"})
 
 
 def api_key_middleware(keys: list[bytes]) -> web.middleware:  # type: ignore[valid-type]

@@ -66,6 +66,12 @@ class ApiError(Exception):
         )
 
 
+def openai_error_event(status: int, message: str, code: str) -> bytes:
+    """An OpenAI-shaped `data: {"error": ...}` event (llama.cpp's own shape mid-stream too)."""
+    payload = ApiError(status, message, code=code).payload()
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 

@@ -16,6 +16,7 @@ from aiohttp import web
 from proxy.api import anthropic
 from proxy.api.assemble import AnswerAssembler, AnswerKind
 from proxy.api.errors import ApiError
+from proxy.api.openai_stream import PlainStream
 from proxy.api.sse import StreamRewriter
 from proxy.measurement import Measurement
 from proxy.tokens import StreamTally, counts_of
@@ -56,21 +57,15 @@ class Wire:
     """How one surface's answers travel: its error shape and the rewriting its events need."""
 
     anthropic_errors: bool = False
-    # Makes the rewriter of one stream, given the body sent upstream.
-    rewriter: Callable[[Mapping[str, Any]], StreamRewriter] | None = None
+    # Makes the rewriter of one stream, given the body sent upstream: it also ends the stream
+    # the way its API ends one, an error included.
+    rewriter: Callable[[Mapping[str, Any]], StreamRewriter] = lambda body: PlainStream()
     # Tokenizing and templating depend on the input alone: when llama-server throws on one
     # (a token id beyond the vocabulary is its 500), the request is what is wrong.
     input_faults_are_400: bool = False
     # OpenAI answers the proxy assembles from a stream when the client asked for a whole one,
     # so a client that leaves stops generation (see proxy.api.assemble).
     assemble: AnswerKind | None = None
-
-    def sse_error(self, status: int, message: str, code: str) -> bytes:
-        """An error event for a stream that fails after it started."""
-        if self.anthropic_errors:
-            return anthropic.sse_error(status, message)
-        payload = {"error": {"message": message, "type": "upstream_error", "code": code}}
-        return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
 
 OPENAI_WIRE = Wire()
@@ -252,7 +247,7 @@ async def _relay_stream(
     )
     await response.prepare(request)
     tally = measured.tally = StreamTally()
-    rewriter = wire.rewriter(body) if wire.rewriter else None
+    rewriter = wire.rewriter(body)
     try:
         while True:
             first = measured.ttft_s is None
@@ -268,10 +263,10 @@ async def _relay_stream(
                 )
                 measured.status, measured.error = 504, what
                 message = _timed_out(backend, what).message
-                await response.write(wire.sse_error(504, message, "upstream_timeout"))
+                await response.write(rewriter.fail(504, message, "upstream_timeout"))
                 break
             if not chunk:
-                rest = rewriter.flush() if rewriter is not None else b""
+                rest = rewriter.flush()
                 if rest:
                     await response.write(rest)
                 break
@@ -279,7 +274,7 @@ async def _relay_stream(
                 measured.ttft_s = time.monotonic() - start
             # Counted before it is written: a client that leaves now still leaves it generated.
             tally.scan(chunk)
-            out = rewriter.feed(chunk) if rewriter is not None else chunk
+            out = rewriter.feed(chunk)
             if out:
                 await response.write(out)
     except (ConnectionResetError, aiohttp.ClientConnectionResetError):
@@ -290,7 +285,7 @@ async def _relay_stream(
         measured.status = 502
         message = f"backend {backend!r} failed mid-stream: {exc}"
         try:
-            await response.write(wire.sse_error(502, message, "upstream_error"))
+            await response.write(rewriter.fail(502, message, "upstream_error"))
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):
             return response
     try:

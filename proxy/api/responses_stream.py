@@ -8,9 +8,14 @@ snapshot with them and fails with a TypeError. Items are numbered in the order t
 
 from __future__ import annotations
 
+import json
+import time
+import uuid
 from typing import Any
 
 from proxy.api.sse import EventRewriter, join_event, split_event
+
+_TERMINAL = frozenset({"response.completed", "response.failed", "response.incomplete"})
 
 _TEXT_EVENTS = frozenset(
     {
@@ -31,14 +36,60 @@ class ResponsesStreamFix(EventRewriter):
         self._sequence = 0
         self._items: dict[str, int] = {}
         self._parts: dict[str, int] = {}
+        self._response: dict[str, Any] = {}
+        self._ended = False
 
     def rewrite(self, event: bytes) -> bytes:
         """The event with sequence_number, output_index and content_index where they belong."""
         lines, at, data = split_event(event)
+        if isinstance(data, dict) and "error" in data and "type" not in data:
+            # llama-server's mid-stream error has chat's shape here; Codex waits for a
+            # response.failed and retries a stream that closes without one.
+            err = data["error"] if isinstance(data["error"], dict) else {}
+            code = err.get("code")
+            status = code if isinstance(code, int) and 400 <= code < 600 else 500
+            message = err.get("message")
+            text = message if isinstance(message, str) else "the backend failed mid-stream"
+            return self.fail(status, text, str(err.get("type") or "server_error")).rstrip(b"\n")
         if not isinstance(data, dict) or not isinstance(data.get("type"), str):
             return event
         self._fill(data)
+        if data["type"] == "response.created" and isinstance(data.get("response"), dict):
+            self._response = data["response"]
+        self._ended = self._ended or data["type"] in _TERMINAL
         return join_event(lines, at, data)
+
+    def flush(self) -> bytes:
+        """What is left, and a response.failed when the stream ended without its last event."""
+        rest = super().flush()
+        if self._ended:
+            return rest
+        if rest.strip():
+            rest = rest.rstrip(b"\n") + b"\n\n"
+        early = "the backend ended the stream before response.completed"
+        return rest + self.fail(502, early, "upstream_error")
+
+    def fail(self, status: int, message: str, code: str) -> bytes:
+        """An `error` event and a `response.failed`, as the Responses API ends a failed stream."""
+        self._ended = True
+        error: dict[str, Any] = {"type": "error", "code": code, "message": message, "param": None}
+        response = {
+            "id": self._response.get("id") or f"resp_{uuid.uuid4().hex}",
+            "object": "response",
+            "created_at": self._response.get("created_at") or int(time.time()),
+            "model": self._response.get("model", ""),
+            "status": "failed",
+            "error": {"code": code, "message": message},
+            "incomplete_details": None,
+            "output": [],
+        }
+        failed: dict[str, Any] = {"type": "response.failed", "response": response}
+        out = b""
+        for name, data in (("error", error), ("response.failed", failed)):
+            data["sequence_number"] = self._sequence
+            self._sequence += 1
+            out += f"event: {name}\ndata: ".encode() + json.dumps(data).encode() + b"\n\n"
+        return out
 
     def _fill(self, data: dict[str, Any]) -> None:
         kind = data["type"]

@@ -14,6 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
+from proxy.api.context_fit import count_prompt_tokens, may_overflow, too_long
 from proxy.api.errors import ApiError
 from proxy.api.relay import CLIENT_GONE, RelayTimeouts, relay
 from proxy.api.state import METRICS, POOL, ROUTER, SESSION, SETTINGS
@@ -33,8 +34,7 @@ from proxy.tasks import AUTO_MODEL, AUTO_TASK_MODELS, FIM_TASK
 log = get_logger("request")
 
 
-async def _read_json(request: web.Request) -> Any:
-    raw = await request.read()
+def _parse_json(raw: bytes) -> Any:
     try:
         return json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
@@ -107,10 +107,15 @@ def _finish(
         outcome = fim_outcome(outcome, timings)
     if task is not None and measured.status == 200 and measured.error in (None, CLIENT_GONE):
         request.app[ROUTER].record(outcome)
+    requested = body.get("model")
+    mapped = request.app[ROUTER].resolve_model(requested) if requested else None
     log.info(
         "request",
         request_id=request_id,
         endpoint=surface.endpoint,
+        model=requested,
+        # What an alias such as claude-* made of the name (the header X-Specproxy-Model too).
+        model_mapped_to=mapped if mapped != requested else None,
         backend=backend,
         task=task,
         route=route.reason,
@@ -125,6 +130,8 @@ def _finish(
         if outcome.draft_n
         else None,
         ttft_s=round(measured.ttft_s, 3) if measured.ttft_s is not None else None,
+        prompt_tokens=timings.prompt_n + timings.cache_n if surface.generates else None,
+        cached_tokens=timings.cache_n if surface.generates else None,
         duration_s=round(measured.duration_s, 3),
         device=seen.device,
         device_wait_s=round(measured.device_wait_s, 3),
@@ -147,14 +154,41 @@ async def _measuring_load(
             measured.mean_load = use.mean_load
 
 
-def _choose(app: web.Application, model: str, task: str | None) -> _Route:
+async def _backends_that_fit(
+    app: web.Application, surface: Surface, body: dict[str, Any], body_bytes: int, model: str
+) -> list[Backend]:
+    """The backends whose context holds this request's prompt; a clear 400 when none does.
+
+    Only a body long enough that it might not fit is counted (by llama-server, template and
+    tools included), so short requests pay nothing.
+    """
+    backends = app[POOL]
+    pool = list(backends)
+    known = [b.n_ctx for b in pool if b.ready and b.n_ctx is not None]
+    if not surface.generates or not known or not may_overflow(body_bytes, min(known)):
+        return pool
+    pinned = backends.get(model)
+    counter = pinned if pinned is not None and pinned.ready else next(b for b in pool if b.ready)
+    tokens = await count_prompt_tokens(app[SESSION], counter.base_url, surface.endpoint, body)
+    if tokens is None:
+        return pool
+    # llama-server refuses a prompt of n_ctx tokens or more; the answer may use the rest.
+    fit = [b for b in pool if b.n_ctx is None or b.n_ctx > tokens]
+    if pinned is not None and pinned not in fit:
+        raise too_long(tokens, pinned.n_ctx or 0, pinned.name)
+    if not fit:
+        raise too_long(tokens, max(known), None)
+    return fit
+
+
+def _choose(app: web.Application, model: str, task: str | None, backends: list[Backend]) -> _Route:
     """The router's choice (by speed for a task, else any ready backend), refusals as errors."""
     pool, router = app[POOL], app[ROUTER]
     try:
         if task is None:
-            backend, reason = router.choose_any(model, list(pool))
+            backend, reason = router.choose_any(model, backends)
             return _Route(backend, reason, 0)
-        backend, choice = router.choose(model, task, list(pool))
+        backend, choice = router.choose(model, task, backends)
         return _Route(backend, choice.reason, choice.level)
     except UnknownModelError:
         ids = ", ".join([AUTO_MODEL, *AUTO_TASK_MODELS, *pool.names])
@@ -176,7 +210,8 @@ def _choose(app: web.Application, model: str, task: str | None) -> _Route:
 
 async def _serve(request: web.Request, surface: Surface, seen: RequestRecord) -> web.StreamResponse:
     """Validate, classify, choose, relay and log one request, filling in `seen` as it goes."""
-    body = surface.check(await _read_json(request))
+    raw = await request.read()
+    body = surface.check(_parse_json(raw))
     app = request.app
     router, pool, settings = app[ROUTER], app[POOL], app[SETTINGS]
     requested = body.get("model") or AUTO_MODEL
@@ -207,9 +242,10 @@ async def _serve(request: web.Request, surface: Surface, seen: RequestRecord) ->
         upstream_body = {"timings_per_token": True, **body}
     else:
         upstream_body = body
+    backends = await _backends_that_fit(app, surface, body, len(raw), model)
     # An unreachable backend received nothing, so an unpinned request may try one other.
     for attempt in (1, 2):
-        route = _choose(app, model, task)
+        route = _choose(app, model, task, backends)
         supervisor = pool.get(route.backend.name)
         assert supervisor is not None
         device = supervisor.device.name
@@ -291,10 +327,28 @@ async def list_models(request: web.Request) -> web.Response:
     """GET /v1/models: the routing ids, every backend by name and the exact model aliases."""
     created = int(time.time())
     pool = request.app[POOL]
+    router = request.app[ROUTER]
     # Exact aliases too, for clients that check their model is listed; patterns are not ids.
-    aliases = list(request.app[ROUTER].aliases.exact)
+    aliases = list(router.aliases.exact)
     ids = [AUTO_MODEL, *AUTO_TASK_MODELS, *pool.names, *aliases]
-    data = [{"id": i, "object": "model", "created": created, "owned_by": "specproxy"} for i in ids]
+    contexts = {b.name: b.n_ctx for b in pool}
+    # A routing id may go to any backend that holds the prompt: the largest context is its own.
+    routed = max((n for n in contexts.values() if n is not None), default=None)
+
+    def context_of(model_id: str) -> int | None:
+        target = router.resolve_model(model_id)
+        return contexts.get(target, routed)
+
+    data = []
+    for i in ids:
+        n_ctx = context_of(i)
+        entry: dict[str, Any] = {"id": i, "object": "model", "created": created}
+        entry["owned_by"] = "specproxy"
+        if n_ctx is not None:
+            # llama-server's own field, and the one OpenAI-compatible clients read.
+            entry["meta"] = {"n_ctx": n_ctx}
+            entry["context_length"] = n_ctx
+        data.append(entry)
     return web.json_response({"object": "list", "data": data})
 
 
@@ -312,6 +366,8 @@ def _backend_health(b: Backend) -> dict[str, Any]:
         "queued": b.queued,
         "limit": b.limit,
         "device": b.device.name,
+        # Tokens one request may hold (prompt and answer), as llama-server reports it.
+        "n_ctx": b.n_ctx,
     }
     if isinstance(b, ExternalBackend):
         shown["replicas"] = [
@@ -426,8 +482,23 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
 
+async def index(request: web.Request) -> web.Response:
+    """GET / (and HEAD /, which Claude Code sends first): what this server is, where to go."""
+    return web.json_response(
+        {
+            "service": "specproxy",
+            "models": "/v1/models",
+            "health": "/health",
+            "metrics": "/metrics",
+            "scoreboard": "/scoreboard",
+            "apis": [s.path for s in SURFACES],
+        }
+    )
+
+
 def add_routes(app: web.Application) -> None:
     """Register every endpoint."""
+    app.router.add_get("/", index)
     for surface in SURFACES:
         app.router.add_post(surface.path, _handler(surface))
     app.router.add_get("/v1/models", list_models)

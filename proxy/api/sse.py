@@ -9,14 +9,18 @@ _END = b"\n\n"
 
 
 class StreamRewriter(Protocol):
-    """Turns upstream SSE bytes into what the client gets, one whole event at a time."""
+    """Turns upstream SSE bytes into what the client gets, and ends the stream as its API does."""
 
     def feed(self, chunk: bytes) -> bytes:
         """Rewritten whole events from this chunk; an incomplete tail waits for the next."""
         ...
 
     def flush(self) -> bytes:
-        """Whatever is left when the upstream stream ends."""
+        """Whatever is left when the upstream stream ends, and the API's end if it lacked one."""
+        ...
+
+    def fail(self, status: int, message: str, code: str) -> bytes:
+        """The API's error event(s) that end a stream the proxy cannot finish."""
         ...
 
 

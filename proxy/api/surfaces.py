@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from proxy.api import validation as v
 from proxy.api.anthropic import MessagesStreamFix
+from proxy.api.openai_stream import OpenAIStreamEnd
 from proxy.api.relay import OPENAI_WIRE, Wire
 from proxy.api.responses_stream import ResponsesStreamFix
 from proxy.tasks import FIM_TASK, TASK_CLASSES
@@ -83,8 +84,8 @@ _ANTHROPIC = Wire(
     anthropic_errors=True, rewriter=lambda body: MessagesStreamFix(str(body.get("model", "")))
 )
 _INPUT_ONLY = Wire(input_faults_are_400=True)
-_WHOLE_CHAT = Wire(assemble="chat")
-_WHOLE_TEXT = Wire(assemble="completions")
+_WHOLE_CHAT = Wire(assemble="chat", rewriter=lambda body: OpenAIStreamEnd())
+_WHOLE_TEXT = Wire(assemble="completions", rewriter=lambda body: OpenAIStreamEnd())
 
 SURFACES: tuple[Surface, ...] = (
     Surface("/v1/chat/completions", "chat", v.check_chat, "classifier", wire=_WHOLE_CHAT),

@@ -79,6 +79,11 @@ def check_messages(raw: Any) -> dict[str, Any]:
     return body
 
 
+# Claude Code sends `role: "system"` messages inside `messages` besides the top-level
+# `system`; llama-server passes them on to the chat template, so they are accepted.
+_ANTHROPIC_ROLES = ("user", "assistant", "system")
+
+
 def check_anthropic_messages(raw: Any) -> dict[str, Any]:
     """An Anthropic body's `system` and `messages`."""
     body = check_object(raw)
@@ -87,8 +92,8 @@ def check_anthropic_messages(raw: Any) -> dict[str, Any]:
         raise _bad("`messages` must be a non-empty list of {role, content} objects", "messages")
     for i, message in enumerate(messages):
         where = f"messages.{i}"
-        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
-            raise _bad(f"{where}: `role` must be user or assistant", f"{where}.role")
+        if not isinstance(message, dict) or message.get("role") not in _ANTHROPIC_ROLES:
+            raise _bad(f"{where}: `role` must be user, assistant or system", f"{where}.role")
         content = message.get("content")
         if not (isinstance(content, str) or _are_blocks(content)):
             raise _bad(

@@ -22,7 +22,12 @@ import aiohttp
 from proxy.backends.devices import Device
 from proxy.backends.discovery import Resolver, discover, names_a_host
 from proxy.backends.launch import LaunchSpec
-from proxy.backends.supervisor import BackendSaturatedError, BackendState, SlotUse
+from proxy.backends.supervisor import (
+    BackendSaturatedError,
+    BackendState,
+    SlotUse,
+    read_slot_context,
+)
 from proxy.config import Supervision
 from proxy.llamacpp import requests_held, slots_processing
 from proxy.log import get_logger
@@ -52,6 +57,7 @@ class Replica:
         self.failed_health_checks = 0
         self.last_used = 0.0
         self.others = 0  # requests other proxies have on it, from its latest report
+        self.n_ctx: int | None = None  # tokens one request may hold, from its /props
 
     @property
     def ready(self) -> bool:
@@ -130,6 +136,12 @@ class ExternalBackend:
     def ready(self) -> bool:
         """Whether requests may be sent to this backend now."""
         return self.state == "ready"
+
+    @property
+    def n_ctx(self) -> int | None:
+        """Tokens one request may hold on any ready replica (the smallest); None if unknown."""
+        known = [r.n_ctx for r in self.replicas if r.ready and r.n_ctx is not None]
+        return min(known) if known else None
 
     @property
     def in_flight(self) -> int:
@@ -366,6 +378,9 @@ class ExternalBackend:
             if time.monotonic() >= next_health:
                 if await self._healthy(replica):
                     failures = 0
+                    if replica.state != "ready":
+                        # A replica that comes back may have been restarted with another -c.
+                        replica.n_ctx = await read_slot_context(self.session, replica.url)
                     self._set_state(replica, "ready")
                 elif replica.state != "starting":
                     failures += 1

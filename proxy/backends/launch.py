@@ -55,6 +55,12 @@ def llama_server_argv(
         "--ctx-size", str(cfg.ctx_size),
         "--parallel", str(cfg.parallel),
     ]  # fmt: skip
+    if cfg.kv_unified:
+        argv += ["--kv-unified"]
+    if cfg.batch_size is not None:
+        argv += ["--batch-size", str(cfg.batch_size)]
+    if cfg.cache_ram_mib is not None:
+        argv += ["--cache-ram", str(cfg.cache_ram_mib)]
     if cfg.threads is not None:
         argv += ["--threads", str(cfg.threads)]
     if cfg.gpu_layers is not None:

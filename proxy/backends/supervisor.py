@@ -18,6 +18,7 @@ import aiohttp
 from proxy.backends.devices import Device
 from proxy.backends.launch import LaunchSpec, free_port
 from proxy.config import Supervision
+from proxy.llamacpp import slot_context, slots_processing
 from proxy.log import get_logger
 
 BackendState = Literal["starting", "ready", "unhealthy", "restarting", "stopped"]
@@ -78,6 +79,8 @@ class BackendSupervisor:
         self.failed_health_checks = 0
         self.base_url = spec.url or ""
         self.process: asyncio.subprocess.Process | None = None
+        # Tokens one request may hold, as the running llama-server reports it (None: not yet).
+        self.n_ctx: int | None = None
         self.last_lines: deque[str] = deque(maxlen=40)
         self._ready = asyncio.Event()
         self._stopping = False
@@ -178,9 +181,7 @@ class BackendSupervisor:
                 slots = await resp.json()
         except (aiohttp.ClientError, TimeoutError, ValueError):
             return None
-        if not isinstance(slots, list):
-            return None
-        return sum(1 for s in slots if isinstance(s, dict) and s.get("is_processing"))
+        return slots_processing(slots)
 
     @property
     def spec_type(self) -> str | None:
@@ -260,6 +261,7 @@ class BackendSupervisor:
             ready_at = time.monotonic()
             if await self._wait_healthy():
                 ready_at = time.monotonic()
+                self.n_ctx = await read_slot_context(self.session, self.base_url)
                 self._set_state("ready")
                 await self._watch()
             if self._stopping:
@@ -288,6 +290,7 @@ class BackendSupervisor:
 
     async def _spawn(self) -> None:
         port = free_port(self.settings.backend_host)
+        self.n_ctx = None
         self.base_url = f"http://{self.settings.backend_host}:{port}"
         argv = self.spec.argv(self.settings.backend_host, port)
         self.last_lines.clear()
@@ -402,3 +405,12 @@ class BackendSupervisor:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             await process.wait()
+
+
+async def read_slot_context(session: aiohttp.ClientSession, base_url: str) -> int | None:
+    """A llama-server's per-request context from its /props; None when it does not answer."""
+    try:
+        async with session.get(f"{base_url}/props", timeout=aiohttp.ClientTimeout(total=5)) as resp:
+            return slot_context(await resp.json()) if resp.status == 200 else None
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return None

@@ -1,0 +1,56 @@
+"""How OpenAI-style streams end: `[DONE]` for the /v1 surfaces, nothing for llama.cpp's own."""
+
+from __future__ import annotations
+
+from proxy.api.errors import openai_error_event
+
+_DONE = b"data: [DONE]\n\n"
+
+
+class PlainStream:
+    """llama.cpp's native streams (/completion, /infill): passed as they are, no end marker."""
+
+    def feed(self, chunk: bytes) -> bytes:
+        """The chunk unchanged."""
+        return chunk
+
+    def flush(self) -> bytes:
+        """Nothing: these streams end with their last `stop: true` chunk."""
+        return b""
+
+    def fail(self, status: int, message: str, code: str) -> bytes:
+        """An error event in llama.cpp's shape."""
+        return openai_error_event(status, message, code)
+
+
+class OpenAIStreamEnd:
+    """OpenAI streams end with `data: [DONE]`: llama-server leaves it out after an error event,
+    and clients (Qwen Code, opencode) take a stream without it for a broken one and retry.
+
+    Chunks pass unchanged; the rewriter only notes how the stream ended.
+    """
+
+    def __init__(self) -> None:
+        self._tail = b""
+        self._errored = False
+
+    def feed(self, chunk: bytes) -> bytes:
+        """The chunk unchanged."""
+        self._tail = (self._tail + chunk)[-32:]
+        # llama-server sends an error as one whole event, so one chunk holds its start.
+        self._errored = self._errored or b'data: {"error"' in chunk
+        return chunk
+
+    def flush(self) -> bytes:
+        """`[DONE]` when the stream lacked it, after an error event if it lacked that too."""
+        if self._tail.rstrip().endswith(_DONE.rstrip()):
+            return b""
+        if self._errored:
+            return _DONE
+        early = "the backend ended the stream before its last chunk"
+        return self.fail(502, early, "upstream_error")
+
+    def fail(self, status: int, message: str, code: str) -> bytes:
+        """An OpenAI error event, then `[DONE]`."""
+        self._errored = True
+        return openai_error_event(status, message, code) + _DONE
