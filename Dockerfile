@@ -24,7 +24,7 @@ WORKDIR /src
 # Only the provisioning modules, so that editing the proxy does not rebuild llama-server.
 COPY proxy/__init__.py proxy/
 COPY proxy/provision/__init__.py proxy/provision/llama_server.py proxy/provision/pypi.py \
-     proxy/provision/progress.py proxy/provision/
+     proxy/provision/progress.py proxy/provision/source_fixes.py proxy/provision/
 # The source, the build tree and ccache live in a cache mount that outlives the image: a rebuild with
 # the same flags reuses the finished build, changed flags get their own tree but share ccache.
 RUN --mount=type=cache,target=/var/cache/specproxy-build,sharing=locked \

@@ -136,6 +136,12 @@ async def relay(
     return response
 
 
+def _keeps_alive(chunk: bytes) -> bool:
+    """Whether a chunk only keeps the stream alive: llama-server's `:` ping, or the progress of
+    prompt processing it sends when asked (`return_progress`)."""
+    return chunk.startswith(b":") or b'"prompt_progress"' in chunk
+
+
 def _drain(upstream: aiohttp.ClientResponse, tally: StreamTally) -> None:
     """Count what already arrived of a stream its client left: the backend generated it."""
     # A reader still waiting, or a connection that already failed, leaves nothing to count.
@@ -248,18 +254,18 @@ async def _relay_stream(
     await response.prepare(request)
     tally = measured.tally = StreamTally()
     rewriter = wire.rewriter(body)
+    started = False  # whether anything (a keep-alive included) came yet
     try:
         while True:
-            first = measured.ttft_s is None
-            wait = timeouts.first_token_s if first else timeouts.idle_s
+            wait = timeouts.idle_s if started else timeouts.first_token_s
             try:
                 async with asyncio.timeout(wait):
                     chunk = await upstream.content.readany()
             except TimeoutError:
                 what = (
-                    f"sent no token within {wait:g} s"
-                    if first
-                    else (f"stalled for {wait:g} s between tokens")
+                    f"stalled for {wait:g} s between tokens"
+                    if started
+                    else f"sent no token within {wait:g} s"
                 )
                 measured.status, measured.error = 504, what
                 message = _timed_out(backend, what).message
@@ -270,7 +276,9 @@ async def _relay_stream(
                 if rest:
                     await response.write(rest)
                 break
-            if first:
+            started = True
+            # Pings and prompt progress come while the prompt is processed: not a token.
+            if measured.ttft_s is None and not _keeps_alive(chunk):
                 measured.ttft_s = time.monotonic() - start
             # Counted before it is written: a client that leaves now still leaves it generated.
             tally.scan(chunk)

@@ -14,7 +14,13 @@ from typing import Any
 
 from aiohttp import web
 
-from proxy.api.context_fit import count_prompt_tokens, may_overflow, too_long
+from proxy.api.context_fit import (
+    ANSWER_RESERVE,
+    count_prompt_tokens,
+    estimate_tokens,
+    may_overflow,
+    too_long,
+)
 from proxy.api.errors import ApiError
 from proxy.api.relay import CLIENT_GONE, RelayTimeouts, relay
 from proxy.api.state import METRICS, POOL, ROUTER, SESSION, SETTINGS
@@ -32,6 +38,7 @@ from proxy.routing.scoreboard import Outcome, load_level
 from proxy.tasks import AUTO_MODEL, AUTO_TASK_MODELS, FIM_TASK
 
 log = get_logger("request")
+_ROOM_POLL_S = 0.25
 
 
 def _parse_json(raw: bytes) -> Any:
@@ -154,31 +161,58 @@ async def _measuring_load(
             measured.mean_load = use.mean_load
 
 
+@dataclass(frozen=True)
+class _Fit:
+    """The backends a request may go to, and the KV tokens it will hold on the one it takes."""
+
+    backends: list[Backend]
+    tokens: int
+
+
 async def _backends_that_fit(
     app: web.Application, surface: Surface, body: dict[str, Any], body_bytes: int, model: str
-) -> list[Backend]:
-    """The backends whose context holds this request's prompt; a clear 400 when none does.
+) -> _Fit:
+    """The backends whose context holds this request's prompt; a clear 400 when none can.
 
     Only a body long enough that it might not fit is counted (by llama-server, template and
-    tools included), so short requests pay nothing.
+    tools included), so short requests pay nothing; theirs is estimated from their size. Where
+    the slots of a backend share one KV cache, a long prompt waits until the requests in flight
+    leave it room, rather than fail mid-prompt.
     """
     backends = app[POOL]
     pool = list(backends)
+    if not surface.generates:
+        return _Fit(pool, 0)
     known = [b.n_ctx for b in pool if b.ready and b.n_ctx is not None]
-    if not surface.generates or not known or not may_overflow(body_bytes, min(known)):
-        return pool
+    tokens = estimate_tokens(body_bytes)
     pinned = backends.get(model)
-    counter = pinned if pinned is not None and pinned.ready else next(b for b in pool if b.ready)
-    tokens = await count_prompt_tokens(app[SESSION], counter.base_url, surface.endpoint, body)
-    if tokens is None:
-        return pool
-    # llama-server refuses a prompt of n_ctx tokens or more; the answer may use the rest.
-    fit = [b for b in pool if b.n_ctx is None or b.n_ctx > tokens]
-    if pinned is not None and pinned not in fit:
-        raise too_long(tokens, pinned.n_ctx or 0, pinned.name)
-    if not fit:
-        raise too_long(tokens, max(known), None)
-    return fit
+    if known and may_overflow(body_bytes, min(known)):
+        ready = [b for b in pool if b.ready]
+        counter = pinned if pinned is not None and pinned.ready else ready[0]
+        counted = await count_prompt_tokens(app[SESSION], counter.base_url, surface.endpoint, body)
+        tokens = counted if counted is not None else tokens
+        # llama-server refuses a prompt of n_ctx tokens or more; the answer may use the rest.
+        fit = [b for b in pool if b.n_ctx is None or b.n_ctx > tokens]
+        if pinned is not None and pinned not in fit:
+            raise too_long(tokens, pinned.n_ctx or 0, pinned.name)
+        if not fit:
+            raise too_long(tokens, max(known), None)
+        pool = fit
+    held = tokens + ANSWER_RESERVE
+    candidates = [pinned] if pinned is not None else pool
+    deadline = time.monotonic() + app[SETTINGS].request_timeout_s
+    while time.monotonic() < deadline:
+        room = [b for b in candidates if b.context_free is None or b.context_free >= held]
+        if room:
+            return _Fit(room if pinned is None else pool, held)
+        await asyncio.sleep(_ROOM_POLL_S)
+    raise ApiError(
+        503,
+        f"no backend has room for this request's {tokens} prompt tokens beside the requests "
+        "in flight; retry when they finish",
+        code="context_busy",
+        headers={"Retry-After": "5"},
+    )
 
 
 def _choose(app: web.Application, model: str, task: str | None, backends: list[Backend]) -> _Route:
@@ -240,12 +274,14 @@ async def _serve(request: web.Request, surface: Surface, seen: RequestRecord) ->
         upstream_body = {k: v for k, v in body.items() if k != "stream"}
     elif body.get("stream"):
         upstream_body = {"timings_per_token": True, **body}
+        if surface.stream_progress:
+            upstream_body["return_progress"] = True
     else:
         upstream_body = body
-    backends = await _backends_that_fit(app, surface, body, len(raw), model)
+    fit = await _backends_that_fit(app, surface, body, len(raw), model)
     # An unreachable backend received nothing, so an unpinned request may try one other.
     for attempt in (1, 2):
-        route = _choose(app, model, task, backends)
+        route = _choose(app, model, task, fit.backends)
         supervisor = pool.get(route.backend.name)
         assert supervisor is not None
         device = supervisor.device.name
@@ -274,7 +310,8 @@ async def _serve(request: web.Request, surface: Surface, seen: RequestRecord) ->
             # A passthrough (tokenize, templates) decodes nothing: any server of the backend.
             unheld = SlotUse(base_url=supervisor.base_url, device=device)
             async with _measuring_load(
-                supervisor.slot() if surface.uses_slot else nullcontext(unheld), measured
+                supervisor.slot(fit.tokens) if surface.uses_slot else nullcontext(unheld),
+                measured,
             ) as use:
                 target = use.base_url
                 seen.device = use.device

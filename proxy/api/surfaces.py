@@ -63,6 +63,10 @@ class Surface:
     # Passthroughs that run on a llama-server slot (embeddings) queue for one like chat does;
     # tokenizing and templating run beside generation and must not wait behind it.
     uses_slot: bool = True
+    # Ask llama-server for an event per prompt step while a stream's prompt is processed:
+    # Codex gives up on a Responses stream after 5 minutes without an event (a ping comment
+    # is none), and a 20 k-token prompt takes longer than that on a CPU.
+    stream_progress: bool = False
 
     @property
     def generates(self) -> bool:
@@ -97,6 +101,7 @@ SURFACES: tuple[Surface, ...] = (
         "classifier",
         view=responses_view,
         wire=Wire(rewriter=lambda body: ResponsesStreamFix()),
+        stream_progress=True,
     ),
     Surface("/v1/messages", "messages", v.check_messages, "classifier", messages_view, _ANTHROPIC),
     Surface("/infill", "infill", v.check_infill, "fim"),

