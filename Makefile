@@ -27,6 +27,7 @@ serve: provision
 
 test: $(STAMP) system-deps
 	$(BIN)/specproxy --config tests/configs/test.yaml provision qwen2.5-coder-0.5b
+	./scripts/install-agents.sh
 	$(BIN)/pytest -ra $(PYTEST_ARGS)
 
 # The in-process tier: no llama-server, no models, seconds.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -78,29 +79,60 @@ def _home(root: Path) -> dict[str, str]:
     }
 
 
-def _run(name: str, argv: list[str], root: Path, env: dict[str, str], timeout: float) -> AgentRun:
-    workdir = root / "work"
-    workdir.mkdir(parents=True, exist_ok=True)
+@dataclass(frozen=True)
+class Command:
+    """How to start one agent: its command line and environment, in its own directory."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    root: Path
+
+    @property
+    def workdir(self) -> Path:
+        """Where the agent works (and writes hello.py)."""
+        path = self.root / "work"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+
+def _command(
+    name: str, argv: list[str], root: Path, env: dict[str, str], timeout: float
+) -> Command:
+    del timeout  # the drivers' signature; the run's own limit is run()'s
+    return Command(name, argv, env, root)
+
+
+def run(command: Command, timeout: float) -> AgentRun:
+    """Run the agent to its end (killed after timeout) and keep what it printed."""
+    workdir = command.workdir
     started = time.monotonic()
+    process = start(command)
     try:
-        done = subprocess.run(
-            argv,
-            cwd=workdir,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        rc, out, err = done.returncode, done.stdout, done.stderr
-    except subprocess.TimeoutExpired as exc:
+        out, err = process.communicate(timeout=timeout)
+        rc = process.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        out, err = process.communicate()
         rc = -9
-        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else ""
-        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
-    return AgentRun(name, rc, out, err, workdir, time.monotonic() - started)
+    return AgentRun(command.name, rc, out, err, workdir, time.monotonic() - started)
 
 
-def claude_code(base_url: str, root: Path, timeout: float) -> AgentRun:
+def start(command: Command) -> subprocess.Popen[str]:
+    """Start the agent in its own process group (so it can be killed with its children)."""
+    return subprocess.Popen(
+        command.argv,
+        cwd=command.workdir,
+        env=command.env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def claude_code(base_url: str, root: Path, timeout: float) -> Command:
     """Claude Code with nothing but ANTHROPIC_BASE_URL: its own default model name."""
     env = {
         **_home(root),
@@ -114,10 +146,10 @@ def claude_code(base_url: str, root: Path, timeout: float) -> AgentRun:
     }
     argv = [str(NPM_BIN / "claude"), "-p", TASK, "--output-format", "stream-json", "--verbose"]
     argv += ["--max-turns", "3", "--permission-mode", "acceptEdits"]
-    return _run("claude-code", argv, root, env, timeout)
+    return _command("claude-code", argv, root, env, timeout)
 
 
-def codex(base_url: str, root: Path, timeout: float) -> AgentRun:
+def codex(base_url: str, root: Path, timeout: float) -> Command:
     """Codex CLI over the Responses API, with the provider file CLIENTS.md shows and no model:
     it sends its own default name."""
     codex_home = root / "codex"
@@ -136,10 +168,10 @@ def codex(base_url: str, root: Path, timeout: float) -> AgentRun:
     env = {**_home(root), "CODEX_HOME": str(codex_home), "LOCAL_KEY": "local"}
     argv = [str(NPM_BIN / "codex"), "exec", "--json", "--sandbox", "workspace-write"]
     argv += ["--skip-git-repo-check", "--ephemeral", TASK]
-    return _run("codex", argv, root, env, timeout)
+    return _command("codex", argv, root, env, timeout)
 
 
-def opencode(base_url: str, root: Path, timeout: float) -> AgentRun:
+def opencode(base_url: str, root: Path, timeout: float) -> Command:
     """opencode with an OpenAI-compatible provider file and model `auto`."""
     env = _home(root)
     config = Path(env["HOME"]) / ".config" / "opencode"
@@ -162,28 +194,28 @@ def opencode(base_url: str, root: Path, timeout: float) -> AgentRun:
         )
     )
     argv = [str(NPM_BIN / "opencode"), "run", "--format", "json", TASK]
-    return _run("opencode", argv, root, env, timeout)
+    return _command("opencode", argv, root, env, timeout)
 
 
-def aider(base_url: str, root: Path, timeout: float) -> AgentRun:
+def aider(base_url: str, root: Path, timeout: float) -> Command:
     """aider, whole-file edits, pointed at the base URL with model openai/auto."""
     env = _home(root)
     argv = [str(AIDER), "--yes-always", "--no-git", "--no-check-update", "--analytics-disable"]
     argv += ["--no-show-model-warnings", "--no-pretty", "--no-stream", "--edit-format", "whole"]
     argv += ["--openai-api-base", f"{base_url}/v1", "--openai-api-key", "local"]
     argv += ["--model", "openai/auto", "--message", TASK, "hello.py"]
-    return _run("aider", argv, root, env, timeout)
+    return _command("aider", argv, root, env, timeout)
 
 
-def qwen_code(base_url: str, root: Path, timeout: float) -> AgentRun:
+def qwen_code(base_url: str, root: Path, timeout: float) -> Command:
     """Qwen Code with OpenAI auth and no model: it sends its own default name."""
     env = _home(root)
     argv = [str(NPM_BIN / "qwen"), "--auth-type", "openai", "--openai-base-url", f"{base_url}/v1"]
     argv += ["--openai-api-key", "local", "--approval-mode", "yolo", "-p", TASK]
-    return _run("qwen-code", argv, root, env, timeout)
+    return _command("qwen-code", argv, root, env, timeout)
 
 
-def continue_cli(base_url: str, root: Path, timeout: float) -> AgentRun:
+def continue_cli(base_url: str, root: Path, timeout: float) -> Command:
     """Continue's CLI with a config.yaml naming an OpenAI model at the base URL."""
     config = root / "continue.yaml"
     config.write_text(
@@ -192,10 +224,10 @@ def continue_cli(base_url: str, root: Path, timeout: float) -> AgentRun:
         f"    apiBase: {base_url}/v1\n    apiKey: local\n"
     )
     argv = [str(NPM_BIN / "cn"), "--config", str(config), "--auto", "-p", TASK]
-    return _run("continue", argv, root, _home(root), timeout)
+    return _command("continue", argv, root, _home(root), timeout)
 
 
-DRIVERS: dict[str, Callable[[str, Path, float], AgentRun]] = {
+COMMANDS: dict[str, Callable[[str, Path, float], Command]] = {
     "claude-code": claude_code,
     "codex": codex,
     "opencode": opencode,
@@ -203,6 +235,11 @@ DRIVERS: dict[str, Callable[[str, Path, float], AgentRun]] = {
     "qwen-code": qwen_code,
     "continue": continue_cli,
 }
+
+
+def run_agent(name: str, base_url: str, root: Path, timeout: float) -> AgentRun:
+    """Run one agent on TASK against base_url, in root."""
+    return run(COMMANDS[name](base_url, root, timeout), timeout)
 
 
 def installed() -> bool:

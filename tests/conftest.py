@@ -32,6 +32,7 @@ INTEGRATION_FIXTURES = frozenset(
         "tokenizer_source",
         "llama_server",
         "specproxy_image",
+        "agent_proxy",
     }
 )
 

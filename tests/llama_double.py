@@ -40,6 +40,7 @@ class Behaviour:
     others: int = 0
     metrics: bool = True  # False: /metrics answers 501, as llama-server without --metrics
     healthy: bool = True  # False: /health answers 503, as while a model loads
+    n_ctx: int = 4096  # tokens one request may hold, as /props reports it
 
 
 @dataclass
@@ -48,6 +49,7 @@ class LlamaServerDouble:
 
     behaviour: Behaviour = field(default_factory=Behaviour)
     received: list[dict[str, Any]] = field(default_factory=list)
+    counted: list[dict[str, Any]] = field(default_factory=list)  # bodies whose tokens it counted
     processing: int = 0
     peak_processing: int = 0
     busy: list[tuple[float, float]] = field(default_factory=list)  # (start, end) per request
@@ -90,6 +92,8 @@ class LlamaServerDouble:
         app.router.add_get("/health", self._health)
         app.router.add_get("/slots", self._slots)
         app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/props", self._props)
+        app.router.add_post("/v1/chat/completions/input_tokens", self._count)
         app.router.add_post("/v1/chat/completions", self._complete)
         app.router.add_post("/v1/completions", self._complete)
         return app
@@ -105,6 +109,16 @@ class LlamaServerDouble:
         return web.json_response(
             [{"id": i, "is_processing": i < busy} for i in range(max(busy, 1))]
         )
+
+    async def _props(self, request: web.Request) -> web.Response:
+        return web.json_response({"default_generation_settings": {"n_ctx": self.behaviour.n_ctx}})
+
+    async def _count(self, request: web.Request) -> web.Response:
+        # One token per four characters of message text: what tests of context limits need.
+        body = await request.json()
+        self.counted.append(body)
+        text = "".join(str(m.get("content", "")) for m in body.get("messages", []))
+        return web.json_response({"input_tokens": len(text) // 4})
 
     async def _metrics(self, request: web.Request) -> web.Response:
         if not self.behaviour.metrics:

@@ -67,27 +67,82 @@ class MessagesStreamFix(EventRewriter):
     back (the first bytes of a multi-token character such as an emoji) the stream starts with
     `content_block_start` and the SDK's `messages.stream()` fails; specproxy sends one then.
     Its mid-stream `error` events get Anthropic's shape.
+
+    While a long prompt is processed llama-server sends only `:` comments (every 30 s), and
+    Claude Code gives up on a stream after 5 minutes without an event (its `ping` events do not
+    count either); a 20 k-token prompt takes longer than that on a CPU. So at each comment before
+    the first token the client gets a real event: `message_start`, then an empty text block
+    (index 0) that grows by empty deltas and is closed when the answer starts, whose blocks then
+    follow it at index + 1.
     """
 
     def __init__(self, model: str) -> None:
         super().__init__()
         self._model = model
-        self._started = False
+        self._started = False  # message_start sent, by llama-server or by us
+        self._synthetic_start = False
+        self._answering = False  # llama-server sent an event
+        self._keepalive_open = False
+        self._shift = 0
         self._ended = False
 
     def rewrite(self, event: bytes) -> bytes:
         """The event, after a `message_start` if the stream lacks one, errors reshaped."""
+        if event.startswith(b":") and not self._answering:
+            return self._keep_alive(event)
+        if not event.startswith(b"event: "):
+            return event
         if event.startswith((b"event: error", b"event: message_stop")):
             self._ended = True
         if event.startswith(b"event: error"):
             self._started = True
             return self._error(event)
-        if self._started or not event.startswith(b"event: "):
-            return event
-        self._started = True
+        head = b""
+        if not self._answering:
+            self._answering = True
+            if self._keepalive_open:
+                self._keepalive_open = False
+                stop = {"type": "content_block_stop", "index": 0}
+                head = b"event: content_block_stop\ndata: " + json.dumps(stop).encode() + b"\n\n"
         if event.startswith(b"event: message_start"):
+            if self._synthetic_start:
+                return head.rstrip(b"\n")  # the client has its message_start already
+            self._started = True
+            return head + event
+        if self._shift and event.startswith(b"event: content_block_"):
+            event = self._shifted(event)
+        if self._started:
+            return head + event
+        self._started = True
+        return head + self._message_start() + b"\n\n" + event
+
+    def _keep_alive(self, comment: bytes) -> bytes:
+        """A real event in place of llama-server's keep-alive comment."""
+        if not self._started:
+            self._started = self._synthetic_start = True
+            return self._message_start()
+        if not self._keepalive_open:
+            self._keepalive_open = True
+            self._shift = 1
+            data = {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            }
+            return b"event: content_block_start\ndata: " + json.dumps(data).encode()
+        delta = {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "text_delta", "text": ""},
+        }
+        return b"event: content_block_delta\ndata: " + json.dumps(delta).encode()
+
+    def _shifted(self, event: bytes) -> bytes:
+        lines, at, data = split_event(event)
+        if at < 0 or not isinstance(data, dict) or not isinstance(data.get("index"), int):
             return event
-        return self._message_start() + b"\n\n" + event
+        data["index"] += self._shift
+        return join_event(lines, at, data)
 
     def flush(self) -> bytes:
         """What is left, and an `error` event when the stream ended without `message_stop`."""

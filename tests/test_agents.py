@@ -1,0 +1,179 @@
+"""The real coding agents of shared CLIENTS.md, each given a one-line task through the proxy.
+
+The agent tier (`-m agents`, part of `make test`): agents installed at pinned versions by
+scripts/install-agents.sh, real llama-server backends (Qwen2.5-Coder-0.5B: its 32 k context holds
+their 8-20 k-token prompts) and the embedded default's model aliases, so each agent sends the
+model name it sends when nobody configured one. Each test asserts what its user sees: the agent
+finished without a protocol error, every request it made was answered, and, where the model made
+a tool call, it arrived in that agent's own format.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from proxy.config import DEFAULT_CONFIG
+from tests import agents
+from tests.conftest import ROOT, RunningProxy, get_json, start_proxy, wait_until
+
+pytestmark = [pytest.mark.agents, pytest.mark.timeout(1500)]
+AGENT_CONFIG = ROOT / "tests" / "configs" / "agents.yaml"
+# One agent's whole run: its first turn processes 8-20 k prompt tokens on two cores.
+RUN_TIMEOUT_S = 1200.0
+
+
+@pytest.fixture(scope="module")
+def agent_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProxy]:
+    """The proxy on the agent config, with the embedded default's aliases."""
+    if not agents.installed():
+        pytest.fail("agents are not installed: run scripts/install-agents.sh (make test does)")
+    root = tmp_path_factory.mktemp("agents")
+    config = yaml.safe_load(AGENT_CONFIG.read_text())
+    config["model_aliases"] = yaml.safe_load(DEFAULT_CONFIG.read_text())["model_aliases"]
+    path = root / "agents.yaml"
+    path.write_text(yaml.safe_dump(config))
+    running = start_proxy(path, root / "proxy.log", SPECPROXY_CALIBRATION_REQUESTS="0")
+    try:
+        running.wait_ready()
+        yield running
+    finally:
+        running.stop()
+
+
+def busy_slots(url: str) -> int:
+    """Slots a llama-server is processing now."""
+    slots = get_json(f"{url}/slots")[1]
+    return sum(1 for s in slots if isinstance(s, dict) and s.get("is_processing"))  # type: ignore[union-attr]
+
+
+def requests_since(proxy: RunningProxy, offset: int) -> list[dict[str, object]]:
+    """The proxy's request log lines written after `offset` bytes of its log."""
+    with proxy.log_path.open() as log:
+        log.seek(offset)
+        lines = [json.loads(line) for line in log if line.startswith("{")]
+    return [line for line in lines if line.get("event") == "request"]
+
+
+def run_agent(
+    name: str, proxy: RunningProxy, tmp_path: Path
+) -> tuple[agents.AgentRun, list[dict[str, object]]]:
+    """Run one agent on the task and return its run and the requests it made."""
+    offset = proxy.log_path.stat().st_size
+    run = agents.run_agent(name, proxy.url, tmp_path, RUN_TIMEOUT_S)
+    seen = requests_since(proxy, offset)
+    summary = [
+        {k: r.get(k) for k in ("endpoint", "model", "status", "prompt_tokens", "ttft_s")}
+        for r in seen
+    ]
+    print(f"\n{name}: {run.seconds:.0f} s, rc {run.returncode}, requests {summary}")
+    return run, seen
+
+
+def assert_answered(run: agents.AgentRun, seen: list[dict[str, object]], endpoint: str) -> None:
+    """The agent used `endpoint`, and every request it sent was answered with a 200."""
+    assert run.returncode != -9, f"{run.name} did not finish in {RUN_TIMEOUT_S:.0f} s\n{run.tail()}"
+    assert any(r["endpoint"] == endpoint for r in seen), f"no {endpoint} request\n{run.tail()}"
+    failed = [r for r in seen if r["status"] != 200]
+    assert not failed, f"{run.name} got errors: {failed}\n{run.tail()}"
+
+
+def assert_wrote_greet_if_it_tried(run: agents.AgentRun, tried: bool) -> None:
+    """A tool call the model made arrived in the agent's format: the agent ran it."""
+    if tried:
+        written = run.wrote()
+        assert written is not None and "def greet" in written, run.tail()
+
+
+def test_an_agent_killed_mid_prompt_frees_the_device_within_seconds(
+    agent_proxy: RunningProxy, tmp_path: Path
+) -> None:
+    """Claude Code's 19 k-token first turn, the agent killed while its prompt is processed."""
+    process = agents.start(agents.claude_code(agent_proxy.url, tmp_path, RUN_TIMEOUT_S))
+    try:
+        assert wait_until(lambda: agent_proxy.health()["devices"]["cpu"]["in_use"] > 0, 120)
+        time.sleep(10)  # well into the prompt: 10 s of it is a few thousand tokens
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    killed = time.monotonic()
+    assert wait_until(lambda: agent_proxy.health()["devices"]["cpu"]["in_use"] == 0, 60)
+    freed_s = time.monotonic() - killed
+    backends = agent_proxy.health()["backends"]
+    assert isinstance(backends, dict)
+    busy = {name: busy_slots(str(b["url"])) for name, b in backends.items()}
+    print(f"\ndevice free {freed_s:.1f} s after the agent was killed; busy slots {busy}")
+    assert freed_s < 20 and not any(busy.values())
+
+
+def test_claude_code(agent_proxy: RunningProxy, tmp_path: Path) -> None:
+    run, seen = run_agent("claude-code", agent_proxy, tmp_path)
+    assert_answered(run, seen, "messages")
+    assert all(str(r["model"]).startswith("claude-") for r in seen), seen
+    lines = run.json_lines()
+    result = [line for line in lines if line.get("type") == "result"]
+    assert result, run.tail()
+    assert "API Error" not in str(result[-1].get("result", "")), run.tail()
+    assert result[-1]["subtype"] in ("success", "error_max_turns"), run.tail()
+    tool_uses = [
+        block
+        for line in lines
+        if line.get("type") == "assistant"
+        for block in line["message"]["content"]  # type: ignore[index]
+        if isinstance(block, dict) and block.get("type") == "tool_use"
+    ]
+    assert_wrote_greet_if_it_tried(run, any(t.get("name") == "Write" for t in tool_uses))
+
+
+def test_codex(agent_proxy: RunningProxy, tmp_path: Path) -> None:
+    run, seen = run_agent("codex", agent_proxy, tmp_path)
+    assert_answered(run, seen, "responses")
+    events = run.json_lines()
+    kinds = [e.get("type") for e in events]
+    assert "turn.completed" in kinds and "turn.failed" not in kinds, run.tail()
+    items = [e.get("item") for e in events if e.get("type") == "item.completed"]
+    tried = any(isinstance(i, dict) and i.get("type") == "file_change" for i in items)
+    assert_wrote_greet_if_it_tried(run, tried)
+
+
+def test_opencode(agent_proxy: RunningProxy, tmp_path: Path) -> None:
+    run, seen = run_agent("opencode", agent_proxy, tmp_path)
+    assert_answered(run, seen, "chat")
+    assert run.returncode == 0, run.tail()
+    events = run.json_lines()
+    assert not [e for e in events if e.get("type") == "error"], run.tail()
+    tools = [e for e in events if e.get("type") == "tool_use"]
+    tried = any("write" in json.dumps(t).lower() for t in tools)
+    assert_wrote_greet_if_it_tried(run, tried)
+
+
+def test_aider(agent_proxy: RunningProxy, tmp_path: Path) -> None:
+    run, seen = run_agent("aider", agent_proxy, tmp_path)
+    assert_answered(run, seen, "chat")
+    # aider exits 0 even when the API failed: what it printed says.
+    assert "litellm." not in run.stdout and "APIError" not in run.stdout, run.tail()
+    # Whole-file edits: aider writes the file from the fenced block the model answers with.
+    assert_wrote_greet_if_it_tried(run, "hello.py" in run.stdout and "```" in run.stdout)
+
+
+def test_qwen_code(agent_proxy: RunningProxy, tmp_path: Path) -> None:
+    run, seen = run_agent("qwen-code", agent_proxy, tmp_path)
+    assert_answered(run, seen, "chat")
+    assert run.returncode == 0, run.tail()
+    assert "API Error" not in run.stdout + run.stderr, run.tail()
+    assert_wrote_greet_if_it_tried(run, run.wrote() is not None)
+
+
+def test_continue(agent_proxy: RunningProxy, tmp_path: Path) -> None:
+    run, seen = run_agent("continue", agent_proxy, tmp_path)
+    assert_answered(run, seen, "chat")
+    assert run.returncode == 0, run.tail()
+    assert '"status":"error"' not in run.stdout.replace(" ", ""), run.tail()
+    assert_wrote_greet_if_it_tried(run, run.wrote() is not None)
