@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from loadtests import agents
 from proxy.config import DEFAULT_CONFIG
-from tests import agents
 from tests.conftest import ROOT, RunningProxy, get_json, start_proxy, wait_until
 
 pytestmark = [pytest.mark.agents, pytest.mark.timeout(1500)]
