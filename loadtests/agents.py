@@ -150,11 +150,12 @@ def claude_code(base_url: str, root: Path, timeout: float) -> Command:
 
 
 def codex(base_url: str, root: Path, timeout: float) -> Command:
-    """Codex CLI over the Responses API, with the provider file CLIENTS.md shows and no model:
-    it sends its own default name."""
+    """Codex CLI over the Responses API, with the provider file CLIENTS.md shows (model auto;
+    with no model it sends its own default, gpt-6.2-sol, and its own models' tool shapes)."""
     codex_home = root / "codex"
     codex_home.mkdir(parents=True, exist_ok=True)
     (codex_home / "config.toml").write_text(
+        'model = "auto"\n'
         'model_provider = "local"\n'
         "[model_providers.local]\n"
         'name = "specproxy"\n'

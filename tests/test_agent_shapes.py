@@ -254,7 +254,8 @@ def test_a_long_prompt_keeps_a_messages_stream_alive_with_real_events() -> None:
     ping = b":\n\n"
     out = fix.feed(ping) + fix.feed(ping) + fix.feed(ping)
     upstream = [
-        b'event: message_start\ndata: {"type":"message_start","message":{"id":"x"}}',
+        b'event: message_start\ndata: {"type":"message_start","message":{"id":"x",'
+        b'"usage":{"input_tokens":18000,"output_tokens":0}}}',
         b'event: content_block_start\ndata: {"type":"content_block_start","index":0,'
         b'"content_block":{"type":"tool_use","id":"t","name":"Write","input":{}}}',
         b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
@@ -283,3 +284,22 @@ def test_a_long_prompt_keeps_a_messages_stream_alive_with_real_events() -> None:
     indices = [d["index"] for n, d in events if n.startswith("content_block")]  # type: ignore[index]
     assert indices == [0, 0, 0, 1, 1, 1]
     assert events[4][1]["content_block"]["name"] == "Write"  # type: ignore[index]
+    # The prompt's token count of the message_start the client did not get.
+    assert events[7][1]["usage"]["input_tokens"] == 18000  # type: ignore[index]
+
+
+def test_codexs_own_models_tool_items_are_left_out_for_llama_server() -> None:
+    from proxy.api.surfaces import responses_upstream
+
+    body = {
+        "model": "gpt-6.2-sol",
+        "input": [
+            {"type": "additional_tools", "role": "developer", "tools": [{"type": "namespace"}]},
+            {"type": "message", "role": "user", "content": "hi"},
+        ],
+    }
+    sent = responses_upstream(body)
+    assert sent["input"] == [{"type": "message", "role": "user", "content": "hi"}]
+    assert body["input"][0]["type"] == "additional_tools", "the client's body is not changed"
+    plain = {"input": "hi"}
+    assert responses_upstream(plain) is plain

@@ -84,6 +84,7 @@ class MessagesStreamFix(EventRewriter):
         self._answering = False  # llama-server sent an event
         self._keepalive_open = False
         self._shift = 0
+        self._usage: dict[str, object] = {}  # of the message_start the client did not get
         self._ended = False
 
     def rewrite(self, event: bytes) -> bytes:
@@ -106,11 +107,19 @@ class MessagesStreamFix(EventRewriter):
                 head = b"event: content_block_stop\ndata: " + json.dumps(stop).encode() + b"\n\n"
         if event.startswith(b"event: message_start"):
             if self._synthetic_start:
-                return head.rstrip(b"\n")  # the client has its message_start already
+                # The client has its message_start; the prompt's token counts it carried go
+                # into the final message_delta, where clients read the usage too.
+                _, _, data = split_event(event)
+                message = data.get("message") if isinstance(data, dict) else None
+                usage = message.get("usage") if isinstance(message, dict) else None
+                self._usage = usage if isinstance(usage, dict) else {}
+                return head.rstrip(b"\n")
             self._started = True
             return head + event
         if self._shift and event.startswith(b"event: content_block_"):
             event = self._shifted(event)
+        if self._usage and event.startswith(b"event: message_delta"):
+            event = self._with_usage(event)
         if self._started:
             return head + event
         self._started = True
@@ -136,6 +145,14 @@ class MessagesStreamFix(EventRewriter):
             "delta": {"type": "text_delta", "text": ""},
         }
         return b"event: content_block_delta\ndata: " + json.dumps(delta).encode()
+
+    def _with_usage(self, event: bytes) -> bytes:
+        lines, at, data = split_event(event)
+        if at < 0 or not isinstance(data, dict):
+            return event
+        usage = data.get("usage")
+        data["usage"] = {**self._usage, **(usage if isinstance(usage, dict) else {})}
+        return join_event(lines, at, data)
 
     def _shifted(self, event: bytes) -> bytes:
         lines, at, data = split_event(event)

@@ -271,14 +271,14 @@ async def _serve(request: web.Request, surface: Surface, seen: RequestRecord) ->
     # speed and acceptance up to that point, which the scoreboard and the metrics count.
     if not surface.generates:
         # A passthrough answers one JSON document; a `stream` flag would only confuse the relay.
-        upstream_body = {k: v for k, v in body.items() if k != "stream"}
+        upstream_body = {k: v for k, v in surface.upstream(body).items() if k != "stream"}
     elif body.get("stream"):
-        upstream_body = {"timings_per_token": True, **body}
+        upstream_body = {"timings_per_token": True, **surface.upstream(body)}
         if surface.stream_progress:
             upstream_body["return_progress"] = True
     else:
-        upstream_body = body
-    fit = await _backends_that_fit(app, surface, body, len(raw), model)
+        upstream_body = surface.upstream(body)
+    fit = await _backends_that_fit(app, surface, surface.upstream(body), len(raw), model)
     # An unreachable backend received nothing, so an unpinned request may try one other.
     for attempt in (1, 2):
         route = _choose(app, model, task, fit.backends)

@@ -29,6 +29,10 @@ def _as_is(body: Mapping[str, Any]) -> Mapping[str, Any]:
     return body
 
 
+def _same(body: dict[str, Any]) -> dict[str, Any]:
+    return body
+
+
 def responses_view(body: Mapping[str, Any]) -> Mapping[str, Any]:
     """A Responses body as the chat body the classifier reads: instructions, input, tools."""
     messages: list[Any] = []
@@ -40,6 +44,23 @@ def responses_view(body: Mapping[str, Any]) -> Mapping[str, Any]:
     elif isinstance(value, list):
         messages.extend(item for item in value if isinstance(item, dict) and "role" in item)
     return {"messages": messages, "tools": body.get("tools")}
+
+
+def responses_upstream(body: dict[str, Any]) -> dict[str, Any]:
+    """A Responses body as llama-server b11434 takes it: without `additional_tools` items.
+
+    Codex sends its own models' tools (`gpt-*`, its default) as an `additional_tools` input
+    item, which llama-server refuses ("Cannot determine type of 'item'"); they are namespaces
+    of custom and function tools, of the kinds llama-server skips when they come as `tools`.
+    """
+    items = body.get("input")
+    if not isinstance(items, list) or not any(_is_tools_item(i) for i in items):
+        return body
+    return {**body, "input": [i for i in items if not _is_tools_item(i)]}
+
+
+def _is_tools_item(item: object) -> bool:
+    return isinstance(item, dict) and item.get("type") == "additional_tools"
 
 
 def messages_view(body: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -67,6 +88,8 @@ class Surface:
     # Codex gives up on a Responses stream after 5 minutes without an event (a ping comment
     # is none), and a 20 k-token prompt takes longer than that on a CPU.
     stream_progress: bool = False
+    # What the body becomes on its way to llama-server, where a client's shape needs it.
+    upstream: Callable[[dict[str, Any]], dict[str, Any]] = _same
 
     @property
     def generates(self) -> bool:
@@ -102,6 +125,7 @@ SURFACES: tuple[Surface, ...] = (
         view=responses_view,
         wire=Wire(rewriter=lambda body: ResponsesStreamFix()),
         stream_progress=True,
+        upstream=responses_upstream,
     ),
     Surface("/v1/messages", "messages", v.check_messages, "classifier", messages_view, _ANTHROPIC),
     Surface("/infill", "infill", v.check_infill, "fim"),
@@ -129,6 +153,7 @@ SURFACES: tuple[Surface, ...] = (
         v.check_responses_input,
         wire=_INPUT_ONLY,
         uses_slot=False,
+        upstream=responses_upstream,
     ),
     Surface(
         "/v1/messages/count_tokens",
