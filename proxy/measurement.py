@@ -23,6 +23,9 @@ class Measurement:
     # Requests decoding at once on its device, on average over its life (itself included).
     mean_load: float | None = None
     tally: StreamTally | None = None
+    # Whether the client had the stream's last event: one that leaves after it (Codex closes at
+    # response.completed) left a finished answer, not an abandoned one.
+    answered: bool = False
 
     def settle(self) -> None:
         """Take a stream's token counts from what it carried (its last timings, or usage)."""

@@ -161,6 +161,11 @@ class MessagesStreamFix(EventRewriter):
         data["index"] += self._shift
         return join_event(lines, at, data)
 
+    @property
+    def ended(self) -> bool:
+        """Whether message_stop (or an error) went by."""
+        return self._ended
+
     def flush(self) -> bytes:
         """What is left, and an `error` event when the stream ended without `message_stop`."""
         rest = super().flush()

@@ -10,8 +10,13 @@ _DONE = b"data: [DONE]\n\n"
 class PlainStream:
     """llama.cpp's native streams (/completion, /infill): passed as they are, no end marker."""
 
+    def __init__(self) -> None:
+        self.ended = False
+
     def feed(self, chunk: bytes) -> bytes:
         """The chunk unchanged."""
+        # The last chunk of a native stream says `"stop": true`.
+        self.ended = self.ended or b'"stop":true' in chunk or b'"stop": true' in chunk
         return chunk
 
     def flush(self) -> bytes:
@@ -33,6 +38,11 @@ class OpenAIStreamEnd:
     def __init__(self) -> None:
         self._tail = b""
         self._errored = False
+
+    @property
+    def ended(self) -> bool:
+        """Whether `[DONE]` went by."""
+        return self._tail.rstrip().endswith(_DONE.rstrip())
 
     def feed(self, chunk: bytes) -> bytes:
         """The chunk unchanged."""

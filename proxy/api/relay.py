@@ -252,8 +252,29 @@ async def _relay_stream(
         },
     )
     await response.prepare(request)
-    tally = measured.tally = StreamTally()
+    measured.tally = StreamTally()
     rewriter = wire.rewriter(body)
+    try:
+        return await _pump(
+            request, upstream, response, measured, start, backend, timeouts, rewriter
+        )
+    finally:
+        measured.answered = rewriter.ended
+
+
+async def _pump(
+    request: web.Request,
+    upstream: aiohttp.ClientResponse,
+    response: web.StreamResponse,
+    measured: Measurement,
+    start: float,
+    backend: str,
+    timeouts: RelayTimeouts,
+    rewriter: StreamRewriter,
+) -> web.StreamResponse:
+    """Relay the stream's chunks until it ends, fails, stalls or its client leaves."""
+    tally = measured.tally
+    assert tally is not None
     started = False  # whether anything (a keep-alive included) came yet
     try:
         while True:
@@ -286,7 +307,8 @@ async def _relay_stream(
             if out:
                 await response.write(out)
     except (ConnectionResetError, aiohttp.ClientConnectionResetError):
-        measured.error = CLIENT_GONE
+        # Codex closes the connection as soon as response.completed arrives.
+        measured.error = None if rewriter.ended else CLIENT_GONE
         return response
     except aiohttp.ClientError as exc:
         measured.error = f"{exc.__class__.__name__}: {exc}"
@@ -299,5 +321,5 @@ async def _relay_stream(
     try:
         await response.write_eof()
     except (ConnectionResetError, aiohttp.ClientConnectionResetError):
-        measured.error = CLIENT_GONE
+        measured.error = measured.error or (None if rewriter.ended else CLIENT_GONE)
     return response

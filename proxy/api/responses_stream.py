@@ -59,6 +59,11 @@ class ResponsesStreamFix(EventRewriter):
         self._ended = self._ended or data["type"] in _TERMINAL
         return join_event(lines, at, data)
 
+    @property
+    def ended(self) -> bool:
+        """Whether response.completed (or .failed, .incomplete) went by."""
+        return self._ended
+
     def flush(self) -> bytes:
         """What is left, and a response.failed when the stream ended without its last event."""
         rest = super().flush()

@@ -73,7 +73,9 @@ async def _complete(request: web.Request, surface: Surface) -> web.StreamRespons
         seen.status = exc.status
         raise
     except asyncio.CancelledError:
-        seen.status = 499  # "client closed request", as nginx counts it
+        # "client closed request", as nginx counts it; unless it had the whole answer.
+        answered = seen.measured is not None and seen.measured.answered
+        seen.status = seen.measured.status if answered and seen.measured else 499
         raise
     except Exception:
         seen.status = 500
@@ -345,7 +347,8 @@ async def _serve(request: web.Request, surface: Surface, seen: RequestRecord) ->
                 headers={"Retry-After": "1"},
             ) from None
         except asyncio.CancelledError:
-            measured.error = measured.error or CLIENT_GONE
+            if not measured.answered:
+                measured.error = measured.error or CLIENT_GONE
             finish()
             raise
         except ApiError as exc:

@@ -23,6 +23,12 @@ class StreamRewriter(Protocol):
         """The API's error event(s) that end a stream the proxy cannot finish."""
         ...
 
+    @property
+    def ended(self) -> bool:
+        """Whether the client has had the event that ends the stream (a client that leaves
+        after it left a finished answer)."""
+        ...
+
 
 class EventRewriter:
     """Splits the stream into events and passes each through `rewrite`; subclasses override it."""
