@@ -218,6 +218,7 @@ def qwen_code(base_url: str, root: Path, timeout: float) -> Command:
 
 def continue_cli(base_url: str, root: Path, timeout: float) -> Command:
     """Continue's CLI with a config.yaml naming an OpenAI model at the base URL."""
+    root.mkdir(parents=True, exist_ok=True)
     config = root / "continue.yaml"
     config.write_text(
         "name: specproxy\nversion: 0.0.1\nschema: v1\nmodels:\n"
