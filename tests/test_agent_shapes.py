@@ -303,3 +303,29 @@ def test_codexs_own_models_tool_items_are_left_out_for_llama_server() -> None:
     assert body["input"][0]["type"] == "additional_tools", "the client's body is not changed"
     plain = {"input": "hi"}
     assert responses_upstream(plain) is plain
+
+
+async def test_long_prompts_on_a_shared_kv_cache_are_counted_against_it() -> None:
+    from proxy.backends.devices import Device
+    from proxy.backends.launch import LaunchSpec
+    from proxy.backends.supervisor import BackendSupervisor
+    from proxy.config import BackendConfig, Settings
+
+    def supervisor(unified: bool) -> BackendSupervisor:
+        cfg = BackendConfig(
+            name="b", model="m.gguf", ctx_size=32768, parallel=4, kv_unified=unified
+        )
+        settings = Settings(backends=[cfg])
+        device = Device("cpu", 2)
+        device.add("b", 2)
+        sup = BackendSupervisor(LaunchSpec(config=cfg), settings.supervision(), None, device)  # type: ignore[arg-type]
+        sup.n_ctx = 32768  # what /props says of both
+        return sup
+
+    shared, own = supervisor(True), supervisor(False)
+    async with shared.slot(19_000), own.slot(19_000):
+        # A second 19 k-token prompt does not fit beside the first in one 32 k cache...
+        assert shared.context_free == 32768 - 19_000
+        # ...but does where each slot has a cache of its own.
+        assert own.context_free == 32768
+    assert shared.context_free == 32768
