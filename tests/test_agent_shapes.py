@@ -329,3 +329,16 @@ async def test_long_prompts_on_a_shared_kv_cache_are_counted_against_it() -> Non
         # ...but does where each slot has a cache of its own.
         assert own.context_free == 32768
     assert shared.context_free == 32768
+
+
+async def test_a_request_that_fits_an_empty_backend_never_waits_for_room(tmp_path: Path) -> None:
+    double = await start_double(Behaviour(n_ctx=2048))
+    try:
+        async with proxy_in_front(tmp_path, [{"name": "plain", "url": double.url}]) as proxy:
+            # 1,900 tokens by the double's count: fits 2,048, though not with an answer's
+            # reserve beside it.
+            body = {"messages": [{"role": "user", "content": "x" * 7_600}], "max_tokens": 8}
+            resp = await proxy.http.post("/v1/chat/completions", json=body)
+            assert resp.status == 200
+    finally:
+        await double.stop()

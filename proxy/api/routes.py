@@ -204,7 +204,12 @@ async def _backends_that_fit(
     candidates = [pinned] if pinned is not None else pool
     deadline = time.monotonic() + app[SETTINGS].request_timeout_s
     while time.monotonic() < deadline:
-        room = [b for b in candidates if b.context_free is None or b.context_free >= held]
+        # An empty backend always has room for what fits it at all.
+        room = [
+            b
+            for b in candidates
+            if b.context_free is None or b.context_free >= min(held, b.n_ctx or held)
+        ]
         if room:
             return _Fit(room if pinned is None else pool, held)
         await asyncio.sleep(_ROOM_POLL_S)
