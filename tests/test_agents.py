@@ -102,7 +102,7 @@ def test_an_agent_killed_mid_prompt_frees_the_device_within_seconds(
         time.sleep(10)  # well into the prompt: 10 s of it is a few thousand tokens
     finally:
         os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+        process.communicate()  # reaps it and closes its pipes
     killed = time.monotonic()
     assert wait_until(lambda: agent_proxy.health()["devices"]["cpu"]["in_use"] == 0, 60)
     freed_s = time.monotonic() - killed
