@@ -199,14 +199,16 @@ def test_messages_errors_are_in_anthropics_shape(
     with pytest.raises(anthropic.BadRequestError) as bad:
         claude.messages.create(model="claude-x", max_tokens=8, messages=[])
     assert bad.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
-    # llama-server's own refusal (the prompt exceeds the context) arrives in Anthropic's shape.
+    # A prompt beyond the context: one 400 in Anthropic's shape, with the counts (llama-server's
+    # count), before any slot is taken; the wording Claude Code recognises.
     too_long = [{"role": "user", "content": "hello " * 3000}]
     for stream in (False, True):
         with pytest.raises(anthropic.BadRequestError) as upstream:
             claude.messages.create(model="plain", max_tokens=8, messages=too_long, stream=stream)  # type: ignore[arg-type, call-overload]
         body = upstream.value.body
         assert isinstance(body, dict) and body["type"] == "error"
-        assert "context size" in body["error"]["message"]
+        message = body["error"]["message"]
+        assert message.startswith("prompt is too long: ") and "tokens > 2048 maximum" in message
     for path in ("/v1/messages", "/v1/messages/count_tokens"):
         status, _, error = post(proxy, path, b'{"messages": [')
         assert status == 400 and error["type"] == "error", error
