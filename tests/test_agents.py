@@ -86,10 +86,11 @@ def assert_answered(run: agents.AgentRun, seen: list[dict[str, object]], endpoin
 
 
 def assert_wrote_greet_if_it_tried(run: agents.AgentRun, tried: bool) -> None:
-    """A tool call the model made arrived in the agent's format: the agent ran it."""
+    """A file-writing tool call the model made arrived in the agent's format: the agent ran it,
+    so a file appeared in its directory (what the 0.5B wrote in it is the model's business)."""
     if tried:
-        written = run.wrote()
-        assert written is not None and "def greet" in written, run.tail()
+        files = [p for p in run.workdir.rglob("*") if p.is_file()]
+        assert files, f"the agent did not carry out the model's tool call\n{run.tail()}"
 
 
 def test_an_agent_killed_mid_prompt_frees_the_device_within_seconds(
