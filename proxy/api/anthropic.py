@@ -76,6 +76,8 @@ class MessagesStreamFix(EventRewriter):
     follow it at index + 1.
     """
 
+    LAST_EVENT = "message_stop"
+
     def __init__(self, model: str) -> None:
         super().__init__()
         self._model = model
@@ -85,7 +87,6 @@ class MessagesStreamFix(EventRewriter):
         self._keepalive_open = False
         self._shift = 0
         self._usage: dict[str, object] = {}  # of the message_start the client did not get
-        self._ended = False
 
     def rewrite(self, event: bytes) -> bytes:
         """The event, after a `message_start` if the stream lacks one, errors reshaped."""
@@ -160,20 +161,6 @@ class MessagesStreamFix(EventRewriter):
             return event
         data["index"] += self._shift
         return join_event(lines, at, data)
-
-    @property
-    def ended(self) -> bool:
-        """Whether message_stop (or an error) went by."""
-        return self._ended
-
-    def flush(self) -> bytes:
-        """What is left, and an `error` event when the stream ended without `message_stop`."""
-        rest = super().flush()
-        if self._ended:
-            return rest
-        if rest.strip():
-            rest = rest.rstrip(b"\n") + b"\n\n"
-        return rest + self.fail(502, "the backend ended the stream before message_stop", "")
 
     def fail(self, status: int, message: str, code: str) -> bytes:
         """Anthropic's `error` event, which ends a Messages stream."""

@@ -31,13 +31,14 @@ _TEXT_EVENTS = frozenset(
 class ResponsesStreamFix(EventRewriter):
     """Adds the missing indices to each event of one Responses stream."""
 
+    LAST_EVENT = "response.completed"
+
     def __init__(self) -> None:
         super().__init__()
         self._sequence = 0
         self._items: dict[str, int] = {}
         self._parts: dict[str, int] = {}
         self._response: dict[str, Any] = {}
-        self._ended = False
 
     def rewrite(self, event: bytes) -> bytes:
         """The event with sequence_number, output_index and content_index where they belong."""
@@ -58,21 +59,6 @@ class ResponsesStreamFix(EventRewriter):
             self._response = data["response"]
         self._ended = self._ended or data["type"] in _TERMINAL
         return join_event(lines, at, data)
-
-    @property
-    def ended(self) -> bool:
-        """Whether response.completed (or .failed, .incomplete) went by."""
-        return self._ended
-
-    def flush(self) -> bytes:
-        """What is left, and a response.failed when the stream ended without its last event."""
-        rest = super().flush()
-        if self._ended:
-            return rest
-        if rest.strip():
-            rest = rest.rstrip(b"\n") + b"\n\n"
-        early = "the backend ended the stream before response.completed"
-        return rest + self.fail(502, early, "upstream_error")
 
     def fail(self, status: int, message: str, code: str) -> bytes:
         """An `error` event and a `response.failed`, as the Responses API ends a failed stream."""

@@ -31,10 +31,20 @@ class StreamRewriter(Protocol):
 
 
 class EventRewriter:
-    """Splits the stream into events and passes each through `rewrite`; subclasses override it."""
+    """Splits the stream into events and passes each through `rewrite`; subclasses override it,
+    set `_ended` when their API's last event goes by, and say how their API fails a stream."""
+
+    # The event that ends a stream of the subclass's API, for the error when it is missing.
+    LAST_EVENT = "its last event"
 
     def __init__(self) -> None:
         self._pending = b""
+        self._ended = False
+
+    @property
+    def ended(self) -> bool:
+        """Whether the event that ends the stream went by."""
+        return self._ended
 
     def feed(self, chunk: bytes) -> bytes:
         """Rewritten whole events from this chunk; an incomplete tail waits for the next."""
@@ -42,9 +52,19 @@ class EventRewriter:
         return b"".join(self.rewrite(event) + _END for event in events)
 
     def flush(self) -> bytes:
-        """Whatever is left when the upstream stream ends."""
+        """What is left when the upstream stream ends, and the API's error if it ended early."""
         rest, self._pending = self._pending, b""
-        return self.rewrite(rest) if rest.strip() else rest
+        rest = self.rewrite(rest) if rest.strip() else rest
+        if self._ended:
+            return rest
+        if rest.strip():
+            rest = rest.rstrip(b"\n") + _END
+        early = f"the backend ended the stream before {self.LAST_EVENT}"
+        return rest + self.fail(502, early, "upstream_error")
+
+    def fail(self, status: int, message: str, code: str) -> bytes:
+        """The API's error event(s) that end a stream the proxy cannot finish."""
+        raise NotImplementedError
 
     def rewrite(self, event: bytes) -> bytes:
         """One event (its lines, without the blank line that ends it), rewritten."""
