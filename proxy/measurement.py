@@ -26,6 +26,8 @@ class Measurement:
     # Whether the client had the stream's last event: one that leaves after it (Codex closes at
     # response.completed) left a finished answer, not an abandoned one.
     answered: bool = False
+    # Whether other programs took a good share of the machine's CPUs while it ran.
+    contended: bool = False
 
     def settle(self) -> None:
         """Take a stream's token counts from what it carried (its last timings, or usage)."""

@@ -120,6 +120,13 @@ class ProxyMetrics:
             per_backend,
             registry=r,
         )
+        self.cached = Counter(
+            "specproxy_cached_prompt_tokens",
+            "Prompt tokens served from the backend's prompt cache (llama.cpp timings.cache_n): "
+            "what prompt-cache affinity saved",
+            per_backend,
+            registry=r,
+        )
         self.drafted = Counter(
             "specproxy_draft_tokens",
             "Draft tokens proposed (llama.cpp timings.draft_n)",
@@ -184,6 +191,7 @@ class ProxyMetrics:
         # what its own llamacpp:* counters count too.
         self.generated.labels(*labels).inc(_count(timings, "predicted_n"))
         self.prompt.labels(*labels).inc(_count(timings, "prompt_n"))
+        self.cached.labels(*labels).inc(_count(timings, "cache_n"))
         self.drafted.labels(*labels).inc(_count(timings, "draft_n"))
         self.accepted.labels(*labels).inc(_count(timings, "draft_n_accepted"))
         speed = timings.get("predicted_per_second")

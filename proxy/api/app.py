@@ -13,8 +13,9 @@ from aiohttp import web
 from proxy.api.auth import api_key_middleware
 from proxy.api.errors import openai_errors
 from proxy.api.routes import add_routes
-from proxy.api.state import METRICS, POOL, ROUTER, SESSION, SETTINGS
+from proxy.api.state import CPU, METRICS, POOL, ROUTER, SESSION, SETTINGS
 from proxy.api.surfaces import SURFACES
+from proxy.backends.contention import CpuMeter
 from proxy.backends.discovery import Resolver
 from proxy.backends.launch import LaunchSpec
 from proxy.backends.pool import BackendPool
@@ -50,6 +51,8 @@ def build_app(
         speculation_margin=settings.speculation_margin,
     )
     app[ROUTER] = Router(TaskClassifier(), policy, scoreboard, ModelAliases(settings.model_aliases))
+    # The proxy's own llama-servers are not "other programs" to the contention meter.
+    app[CPU] = CpuMeter(lambda: [b.pid for b in app[POOL]] if POOL in app else [])
     app[METRICS] = ProxyMetrics(
         {s.config.name: s.config.spec_type for s in specs},
         scoreboard,
@@ -101,6 +104,7 @@ async def _keep_measured(
             list(pool),
             scoreboard,
             app[SESSION],
+            app[CPU],
             settings.calibration_requests,
             settings.calibration_max_tokens,
             settings.calibration_prompts,

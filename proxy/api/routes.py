@@ -16,6 +16,7 @@ from aiohttp import web
 
 from proxy.api.context_fit import (
     ANSWER_RESERVE,
+    answer_budget,
     count_prompt_tokens,
     estimate_tokens,
     may_overflow,
@@ -23,16 +24,17 @@ from proxy.api.context_fit import (
 )
 from proxy.api.errors import ApiError
 from proxy.api.relay import CLIENT_GONE, RelayTimeouts, relay
-from proxy.api.state import METRICS, POOL, ROUTER, SESSION, SETTINGS
+from proxy.api.state import CPU, METRICS, POOL, ROUTER, SESSION, SETTINGS
 from proxy.api.surfaces import SURFACES, Surface
 from proxy.backends.external import ExternalBackend
 from proxy.backends.pool import Backend
-from proxy.backends.supervisor import BackendSaturatedError, SlotUse
+from proxy.backends.supervisor import BackendSaturatedError, Placement, SlotUse
 from proxy.llamacpp import Timings
 from proxy.log import get_logger
 from proxy.measurement import Measurement
 from proxy.metrics import CONTENT_TYPE, RequestRecord
-from proxy.routing.policy import RoutableBackend
+from proxy.routing.policy import RequestCost, RoutableBackend
+from proxy.routing.prefixes import Cached, PromptPrefix, session_key
 from proxy.routing.router import NoBackendError, UnknownModelError, fim_outcome
 from proxy.routing.scoreboard import Outcome, load_level
 from proxy.tasks import AUTO_MODEL, AUTO_TASK_MODELS, FIM_TASK
@@ -84,13 +86,26 @@ async def _complete(request: web.Request, surface: Surface) -> web.StreamRespons
         request.app[METRICS].observe(seen)
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Route:
-    """Where one attempt at a request went, and why."""
+    """Where one attempt at a request went, and why; where its prompt was placed, once sent."""
 
     backend: RoutableBackend
     reason: str
     level: int
+    # What the router expected the backend to hold of the prompt.
+    cached: Cached
+    placement: Placement | None = None
+    slots: int = 1
+
+
+@dataclass(frozen=True)
+class _Prompt:
+    """What the router knows of a request's prompt before sending it: its prefix chain and
+    the client's session key."""
+
+    prefix: PromptPrefix
+    session: str | None
 
 
 def _finish(
@@ -100,6 +115,7 @@ def _finish(
     body: dict[str, Any],
     task: str | None,
     route: _Route,
+    prompt: _Prompt | None,
     measured: Measurement,
     seen: RequestRecord,
 ) -> None:
@@ -111,13 +127,25 @@ def _finish(
     ran_at = (
         route.level if measured.mean_load is None else load_level(int(measured.mean_load + 0.5))
     )
-    outcome = Outcome.from_timings(backend, task or "", ran_at, timings, measured.ttft_s)
+    outcome = Outcome.from_timings(
+        backend, task or "", ran_at, timings, measured.ttft_s, measured.contended
+    )
     if task == FIM_TASK:
         outcome = fim_outcome(outcome, timings)
+    router = request.app[ROUTER]
     if task is not None and measured.status == 200 and measured.error in (None, CLIENT_GONE):
-        request.app[ROUTER].record(outcome)
+        router.record(outcome)
+    if prompt is not None and route.placement is not None and measured.status == 200:
+        router.prefixes.record(
+            backend,
+            prompt.prefix,
+            route.placement,
+            timings.prompt_n + timings.cache_n,
+            route.slots,
+            prompt.session,
+        )
     requested = body.get("model")
-    mapped = request.app[ROUTER].resolve_model(requested) if requested else None
+    mapped = router.resolve_model(requested) if requested else None
     log.info(
         "request",
         request_id=request_id,
@@ -141,6 +169,10 @@ def _finish(
         ttft_s=round(measured.ttft_s, 3) if measured.ttft_s is not None else None,
         prompt_tokens=timings.prompt_n + timings.cache_n if surface.generates else None,
         cached_tokens=timings.cache_n if surface.generates else None,
+        # What the router took the backend to hold: beside cached_tokens, how well it knew.
+        expected_cached_tokens=route.cached.tokens if surface.generates else None,
+        slot=route.placement.slot if route.placement is not None else None,
+        contended=measured.contended or None,
         duration_s=round(measured.duration_s, 3),
         device=seen.device,
         device_wait_s=round(measured.device_wait_s, 3),
@@ -169,6 +201,7 @@ class _Fit:
 
     backends: list[Backend]
     tokens: int
+    prompt_tokens: int = 0
 
 
 async def _backends_that_fit(
@@ -211,7 +244,7 @@ async def _backends_that_fit(
             if b.context_free is None or b.context_free >= min(held, b.n_ctx or held)
         ]
         if room:
-            return _Fit(room if pinned is None else pool, held)
+            return _Fit(room if pinned is None else pool, held, tokens)
         await asyncio.sleep(_ROOM_POLL_S)
     raise ApiError(
         503,
@@ -222,15 +255,35 @@ async def _backends_that_fit(
     )
 
 
-def _choose(app: web.Application, model: str, task: str | None, backends: list[Backend]) -> _Route:
-    """The router's choice (by speed for a task, else any ready backend), refusals as errors."""
+def _choose(
+    app: web.Application,
+    model: str,
+    task: str | None,
+    fit: _Fit,
+    prompt: _Prompt | None,
+    budget: int | None,
+) -> _Route:
+    """The router's choice (by the whole request's cost for a task, else any ready backend),
+    refusals as errors."""
     pool, router = app[POOL], app[ROUTER]
+    held = {
+        b.name: router.prefixes.cached(b.name, prompt.prefix, b.server_urls, prompt.session)
+        if prompt is not None
+        else Cached(0, None)
+        for b in fit.backends
+    }
+    cost = RequestCost(
+        prompt_tokens=fit.prompt_tokens,
+        cached={name: c.tokens for name, c in held.items()},
+        max_tokens=budget,
+        quiet=app[CPU].quiet_now(),
+    )
     try:
         if task is None:
-            backend, reason = router.choose_any(model, backends)
-            return _Route(backend, reason, 0)
-        backend, choice = router.choose(model, task, backends)
-        return _Route(backend, choice.reason, choice.level)
+            backend, reason = router.choose_any(model, fit.backends, cost)
+            return _Route(backend, reason, 0, held.get(backend.name, Cached(0, None)))
+        backend, choice = router.choose(model, task, fit.backends, cost)
+        return _Route(backend, choice.reason, choice.level, held[backend.name])
     except UnknownModelError:
         ids = ", ".join([AUTO_MODEL, *AUTO_TASK_MODELS, *pool.names])
         raise ApiError(
@@ -286,9 +339,16 @@ async def _serve(request: web.Request, surface: Surface, seen: RequestRecord) ->
     else:
         upstream_body = surface.upstream(body)
     fit = await _backends_that_fit(app, surface, surface.upstream(body), len(raw), model)
+    prompt = (
+        _Prompt(PromptPrefix.of(surface.upstream(body)), session_key(body, request.headers))
+        if surface.generates
+        else None
+    )
+    budget = answer_budget(body)
+    meter = app[CPU]
     # An unreachable backend received nothing, so an unpinned request may try one other.
     for attempt in (1, 2):
-        route = _choose(app, model, task, fit.backends)
+        route = _choose(app, model, task, fit, prompt, budget)
         supervisor = pool.get(route.backend.name)
         assert supervisor is not None
         device = supervisor.device.name
@@ -310,28 +370,38 @@ async def _serve(request: web.Request, surface: Surface, seen: RequestRecord) ->
         # what it generated.
         measured = seen.measured = Measurement()
         finish = functools.partial(
-            _finish, request, request_id, surface, body, task, route, measured, seen
+            _finish, request, request_id, surface, body, task, route, prompt, measured, seen
         )
         target = ""  # the server the request went to: a replica of an external backend
         try:
             # A passthrough (tokenize, templates) decodes nothing: any server of the backend.
             unheld = SlotUse(base_url=supervisor.base_url, device=device)
-            async with _measuring_load(
-                supervisor.slot(fit.tokens) if surface.uses_slot else nullcontext(unheld),
-                measured,
-            ) as use:
+            hold = (
+                supervisor.slot(fit.tokens, route.cached.worth_following, surface.places_slot)
+                if surface.uses_slot
+                else nullcontext(unheld)
+            )
+            async with _measuring_load(hold, measured) as use:
                 target = use.base_url
+                route.placement = Placement(target, use.slot_id)
+                route.slots = supervisor.limit
+                sent = upstream_body
+                if use.slot_id is not None:
+                    # The slot the proxy knows holds the prompt's prefix, or a free one; and
+                    # the cache explicitly on, whatever the server's default.
+                    sent = {**upstream_body, "id_slot": use.slot_id, "cache_prompt": True}
                 seen.device = use.device
                 headers["X-Specproxy-Device"] = use.device
                 headers["X-Specproxy-Device-Wait"] = f"{use.device_wait_s:.3f}"
                 measured.device_wait_s = use.device_wait_s
+                started = meter.snapshot()
                 try:
                     response = await relay(
                         request,
                         app[SESSION],
                         route.backend.name,
                         target + surface.path,
-                        upstream_body,
+                        sent,
                         headers,
                         timeouts,
                         measured,
@@ -339,7 +409,9 @@ async def _serve(request: web.Request, surface: Surface, seen: RequestRecord) ->
                     )
                 except BaseException:
                     use.abandoned = True  # cancelled or failed: llama-server may still compute
+                    measured.contended = meter.contended(started, meter.snapshot())
                     raise
+                measured.contended = meter.contended(started, meter.snapshot())
                 use.abandoned = measured.error is not None or measured.status != 200
             if measured.status == 502:  # failed mid-stream
                 supervisor.mark_down(target)

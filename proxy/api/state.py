@@ -5,6 +5,7 @@ from __future__ import annotations
 import aiohttp
 from aiohttp import web
 
+from proxy.backends.contention import CpuMeter
 from proxy.backends.pool import BackendPool
 from proxy.config import Settings
 from proxy.metrics import ProxyMetrics
@@ -15,3 +16,4 @@ POOL = web.AppKey("pool", BackendPool)
 ROUTER = web.AppKey("router", Router)
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 METRICS = web.AppKey("metrics", ProxyMetrics)
+CPU = web.AppKey("cpu", CpuMeter)

@@ -90,6 +90,8 @@ class Surface:
     stream_progress: bool = False
     # What the body becomes on its way to llama-server, where a client's shape needs it.
     upstream: Callable[[dict[str, Any]], dict[str, Any]] = _same
+    # Whether llama-server reads `id_slot` here: b11434 drops it from Anthropic bodies.
+    places_slot: bool = True
 
     @property
     def generates(self) -> bool:
@@ -127,7 +129,15 @@ SURFACES: tuple[Surface, ...] = (
         stream_progress=True,
         upstream=responses_upstream,
     ),
-    Surface("/v1/messages", "messages", v.check_messages, "classifier", messages_view, _ANTHROPIC),
+    Surface(
+        "/v1/messages",
+        "messages",
+        v.check_messages,
+        "classifier",
+        messages_view,
+        _ANTHROPIC,
+        places_slot=False,
+    ),
     Surface("/infill", "infill", v.check_infill, "fim"),
     Surface("/completion", "completion", v.check_completions, "classifier"),
     Surface("/tokenize", "tokenize", v.check_tokenize, wire=_INPUT_ONLY, uses_slot=False),

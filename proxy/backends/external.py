@@ -25,6 +25,7 @@ from proxy.backends.launch import LaunchSpec
 from proxy.backends.supervisor import (
     BackendSaturatedError,
     BackendState,
+    Placement,
     SlotUse,
     read_slot_context,
 )
@@ -154,6 +155,11 @@ class ExternalBackend:
         return self._failed_gone + sum(r.failed_health_checks for r in self.replicas)
 
     @property
+    def server_urls(self) -> frozenset[str]:
+        """The replicas' URLs: where a prompt this backend processed may be held."""
+        return frozenset(r.url for r in self.replicas)
+
+    @property
     def base_url(self) -> str:
         """The replica the next request would go to (the first configured URL before any)."""
         nxt = self._next_replica()
@@ -185,9 +191,13 @@ class ExternalBackend:
         free = self._free_replica()
         return free is None or not free.device.admits(self.name)
 
-    def _free_replica(self) -> Replica | None:
-        """The ready replica with the fewest requests among those with a slot for this proxy."""
+    def _free_replica(self, prefer: str | None = None) -> Replica | None:
+        """The ready replica with the fewest requests among those with a slot for this proxy;
+        `prefer` (the one holding the request's prompt) when it has a slot free."""
         free = [r for r in self.replicas if r.ready and r.in_flight < self.limit]
+        for r in free:
+            if r.url == prefer:
+                return r
         return min(free, key=lambda r: (r.load, r.in_flight, r.last_used), default=None)
 
     def _next_replica(self) -> Replica | None:
@@ -204,9 +214,13 @@ class ExternalBackend:
         return self.n_ctx
 
     @contextlib.asynccontextmanager
-    async def slot(self, tokens: int = 0) -> AsyncIterator[SlotUse]:
-        """Hold a slot on the least loaded ready replica and its share of the device, waiting
-        in the bounded queue when every replica is full; raise when the queue is full.
+    async def slot(
+        self, tokens: int = 0, prefer: Placement | None = None, place: bool = False
+    ) -> AsyncIterator[SlotUse]:
+        """Hold a slot on the least loaded ready replica (`prefer`'s, holding the request's
+        prompt, when it has room) and its share of the device, waiting in the bounded queue
+        when every replica is full; raise when the queue is full. Slot ids are never placed:
+        other clients share the servers.
 
         With a replica free, nothing suspends between the caller's choice and the admission.
         """
@@ -218,10 +232,11 @@ class ExternalBackend:
             )
         self.queued += 1
         try:
-            replica = self._free_replica()
+            url = prefer.url if prefer is not None else None
+            replica = self._free_replica(url)
             while replica is None:
                 await self._changed()
-                replica = self._free_replica()
+                replica = self._free_replica(url)
             replica.in_flight += 1
             replica.last_used = time.monotonic()
             try:

@@ -38,6 +38,14 @@ class BackendSaturatedError(Exception):
     """All of a backend's slots are busy and its queue is full."""
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a prompt was processed: the server (an external backend's replica) and slot."""
+
+    url: str
+    slot: int | None = None
+
+
 @dataclass
 class SlotUse:
     """One request's hold on a backend: how long it waited for the device, how it ended."""
@@ -52,6 +60,8 @@ class SlotUse:
     # How many requests decoded on the device at once, on average, while this one held its
     # slot (itself included); set when the hold ends. None for a request that held none.
     mean_load: float | None = None
+    # The llama-server slot the request is sent to (`id_slot`), where the proxy picks it.
+    slot_id: int | None = None
 
 
 class BackendSupervisor:
@@ -75,6 +85,10 @@ class BackendSupervisor:
         self.in_flight = 0
         self.queued = 0
         self._slots = asyncio.Semaphore(self.limit)
+        # Slot ids free for a request, least recently used first; requests in flight that
+        # llama-server placed itself (the Anthropic API drops `id_slot`) leave no id known free.
+        self._free_ids: list[int] = list(range(spec.config.parallel))
+        self._unplaced = 0
         self.restarts = 0
         self.failed_health_checks = 0
         self.base_url = spec.url or ""
@@ -104,6 +118,11 @@ class BackendSupervisor:
         return self.in_flight
 
     @property
+    def server_urls(self) -> frozenset[str]:
+        """Where a prompt this backend processed may be held: its process, at its port now."""
+        return frozenset({self.base_url})
+
+    @property
     def saturated(self) -> bool:
         """Whether every slot is busy (a new request would wait in the queue)."""
         return self.in_flight >= self.limit
@@ -127,10 +146,14 @@ class BackendSupervisor:
         return self.n_ctx - self.held_tokens
 
     @contextlib.asynccontextmanager
-    async def slot(self, tokens: int = 0) -> AsyncIterator[SlotUse]:
+    async def slot(
+        self, tokens: int = 0, prefer: Placement | None = None, place: bool = False
+    ) -> AsyncIterator[SlotUse]:
         """Hold this backend's share of its device and one concurrency slot, waiting in the
         bounded queue; raise when the queue is full. `tokens`: what the request will hold of
-        the KV cache, counted against context_free while it runs.
+        the KV cache, counted against context_free while it runs. With `place`, the request
+        is given a llama-server slot id to send: `prefer` (the slot holding its prefix) when
+        it is free, else the one least recently used.
 
         Nothing suspends between a caller's choice of this backend and its admission when the
         device has room, so choosing and admitting are one step.
@@ -154,6 +177,10 @@ class BackendSupervisor:
         self.in_flight += 1
         self.held_tokens += tokens
         use.base_url = self.base_url  # read once admitted: a restart while queued moves the port
+        held = prefer.slot if prefer is not None and prefer.url == self.base_url else None
+        use.slot_id = self._take_slot_id(held) if place else None
+        if use.slot_id is None:
+            self._unplaced += 1
         mark = self.device.start_decoding()
         try:
             yield use
@@ -161,6 +188,12 @@ class BackendSupervisor:
             use.mean_load = self.device.stop_decoding(mark)
             self.in_flight -= 1
             self.held_tokens -= tokens
+            if use.slot_id is None:
+                self._unplaced -= 1
+            else:
+                # Least recently used first; an abandoned request's slot may still be finishing
+                # its answer (llama-server would hold the next one back), so it goes last too.
+                self._free_ids.append(use.slot_id)
             self._slots.release()
             if use.abandoned and self.process is not None:
                 task = asyncio.create_task(self._release_device_when_idle())
@@ -168,6 +201,14 @@ class BackendSupervisor:
                 task.add_done_callback(self._background.discard)
             else:
                 self.device.release(self.name)
+
+    def _take_slot_id(self, prefer: int | None) -> int | None:
+        """A slot id no request in flight holds, or None where that is not known."""
+        if self._unplaced or not self._free_ids:
+            return None
+        chosen = prefer if prefer in self._free_ids else self._free_ids[0]
+        self._free_ids.remove(chosen)
+        return chosen
 
     async def _release_device_when_idle(self) -> None:
         """Give the device back once llama-server stops working on abandoned requests.

@@ -7,6 +7,7 @@ from itertools import zip_longest
 
 import aiohttp
 
+from proxy.backends.contention import CpuMeter
 from proxy.backends.pool import Backend
 from proxy.backends.supervisor import BackendSaturatedError
 from proxy.llamacpp import Timings
@@ -47,6 +48,7 @@ async def calibrate(
     backends: Sequence[Backend],
     scoreboard: Scoreboard,
     session: aiohttp.ClientSession,
+    meter: CpuMeter,
     rounds: int,
     max_tokens: int,
     prompts: int = 3,
@@ -79,14 +81,14 @@ async def calibrate(
         if not backend.ready or (backend.name, task) in refused:
             continue
         try:
-            async with (
-                backend.slot() as use,
-                session.post(
-                    f"{use.base_url}{request.path}",
-                    json=request.with_sampling(budget.get(task, max_tokens)),
-                ) as resp,
-            ):
-                body = await resp.json() if resp.status == 200 else {}
+            async with backend.slot(place=True) as use:
+                payload = request.with_sampling(budget.get(task, max_tokens))
+                if use.slot_id is not None:
+                    payload["id_slot"] = use.slot_id
+                start = meter.snapshot()
+                async with session.post(f"{use.base_url}{request.path}", json=payload) as resp:
+                    body = await resp.json() if resp.status == 200 else {}
+                contended = meter.contended(start, meter.snapshot())
         except (aiohttp.ClientError, TimeoutError, ValueError, BackendSaturatedError) as exc:
             log.warning("calibration request failed", backend=backend.name, error=str(exc))
             continue
@@ -104,7 +106,7 @@ async def calibrate(
         if not timings.measured:
             log.warning("calibration request gave no timings", backend=backend.name, task=task)
             continue
-        outcome = Outcome.from_timings(backend.name, task, 1, timings)
+        outcome = Outcome.from_timings(backend.name, task, 1, timings, contended=contended)
         if task == FIM_TASK:
             outcome = fim_outcome(outcome, timings)
         scoreboard.record(outcome)
@@ -116,6 +118,7 @@ async def calibrate(
             task=task,
             kind=request.kind,
             tokens_per_s=round(outcome.tokens_per_s or 0.0, 1),
+            contended=contended,
             draft_n=timings.draft_n,
             draft_n_accepted=timings.draft_n_accepted,
         )

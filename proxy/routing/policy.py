@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from proxy.routing.prefixes import WORTH_FOLLOWING_TOKENS
 from proxy.routing.scoreboard import Estimate, Scoreboard, load_level
 
 RouteReason = Literal[
@@ -21,6 +22,8 @@ RouteReason = Literal[
     "wait_device",
     "join_queue",
     "within_margin",
+    "affinity",
+    "recheck",
 ]
 
 
@@ -37,6 +40,16 @@ JOIN_MARGIN = 0.25
 # The same for a backend on another device with room: the request would otherwise queue behind
 # a full batch, and it takes nothing from the streams on the best backend's device.
 SPILL_MARGIN = 0.5
+# Prompt tokens a backend may have to process beyond the cheapest choice for a request to be
+# sent there only to measure it (an unmeasured backend, a probe): moving an agent's turn off
+# the backend holding its 20 k-token prompt costs minutes on a CPU.
+CHEAP_MOVE_TOKENS = 512
+# A backend holding this many more of the prompt than any other is where the request stays.
+AFFINITY_TOKENS = WORTH_FOLLOWING_TOKENS
+# Decisions between two re-measurements of one backend known only from a busy machine.
+RECHECK_EVERY = 4
+# Prompt speed assumed for a backend none was measured for, relative to those measured.
+_UNKNOWN_PROMPT_TPS = 50.0
 
 
 class DeviceView(Protocol):
@@ -74,6 +87,21 @@ class RoutableBackend(Protocol):
 
     @property
     def queue_full(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class RequestCost:
+    """What a request asks of a backend besides its answer: its prompt, and what each holds."""
+
+    prompt_tokens: int = 0
+    cached: Mapping[str, int] = field(default_factory=dict)
+    max_tokens: int | None = None
+    # Whether the machine's CPUs were left to the proxy and its backends just now.
+    quiet: bool = True
+
+    def uncached(self, backend: str) -> int:
+        """Prompt tokens this backend would have to process."""
+        return max(self.prompt_tokens - self.cached.get(backend, 0), 0)
 
 
 @dataclass(frozen=True)
@@ -127,6 +155,8 @@ class RoutePolicy:
         self.explore_share = explore_share
         self.speculation_margin = speculation_margin
         self.rng = rng or random.Random()
+        self._decisions = 0
+        self._rechecked: dict[tuple[str, str], int] = {}
 
     def level(self, backend: RoutableBackend, backends: Sequence[RoutableBackend]) -> int:
         """The load level a new request on `backend` runs at.
@@ -139,8 +169,21 @@ class RoutePolicy:
         same = sum(b.load for b in backends if b.device is backend.device)
         return load_level(same + 1)
 
-    def choose(self, task: str, backends: Sequence[RoutableBackend]) -> RouteChoice | None:
-        """A backend for an `auto` request, or None when no backend is ready."""
+    def choose(
+        self,
+        task: str,
+        backends: Sequence[RoutableBackend],
+        cost: RequestCost | None = None,
+    ) -> RouteChoice | None:
+        """A backend for an `auto` request, or None when no backend is ready.
+
+        Backends are ranked by the time the whole request would take there: the prompt tokens
+        it does not hold at its measured prompt speed, plus the expected answer at its measured
+        decode speed for the class at this load, plus, where it cannot start at once, the wait
+        for its device.
+        """
+        cost = cost or RequestCost()
+        self._decisions += 1
         ready = [b for b in backends if b.ready]
         if not ready:
             return None
@@ -148,6 +191,11 @@ class RoutePolicy:
         levels = {b.name: self.level(b, backends) for b in ready}
         if len(ready) == 1:
             return RouteChoice(ready[0].name, "only_healthy", levels[ready[0].name])
+        cheapest = min(cost.uncached(b.name) for b in ready)
+
+        def cheap_to_move(b: RoutableBackend) -> bool:
+            return cost.uncached(b.name) - cheapest <= CHEAP_MOVE_TOKENS
+
         # Backends that would run at the same load are compared at a level all of them were
         # measured at: one known only alone (17 t/s) against another measured at two streams
         # (9 t/s) says nothing about which is faster at two.
@@ -160,29 +208,50 @@ class RoutePolicy:
         estimates: dict[str, Estimate] = {}
         for b in ready:
             est = board.nearest(b.name, task, levels[b.name], common[levels[b.name]] or None)
-            if est is None:
+            if est is not None:
+                estimates[b.name] = est
+            elif cheap_to_move(b):
                 return RouteChoice(b.name, "unmeasured", levels[b.name])
-            estimates[b.name] = est
+        # One not measured yet whose prompt would cost too much waits for a cheaper request.
+        ready = [b for b in ready if b.name in estimates]
+        if len(ready) == 1:
+            return RouteChoice(ready[0].name, "only_healthy", levels[ready[0].name])
+        recheck = self._recheck(task, ready, backends, estimates, cost, cheap_to_move)
+        if recheck is not None:
+            return RouteChoice(recheck.name, "recheck", levels[recheck.name])
         demoted = {b.name for b in ready if self._below_break_even(b, ready, estimates)}
         plain = any(b.spec_type is None for b in ready)
+        answer = self._answer_tokens(task, ready, estimates, cost)
+        prompt_tps = self._prompt_speeds(ready)
 
-        def credited(b: RoutableBackend) -> float:
+        def seconds(b: RoutableBackend) -> float:
             # Speculation must win by more than the noise: its speed swings with how
             # predictable each prompt is, and a rejected draft costs compute the device shares.
             tps = estimates[b.name].tokens_per_s
-            return tps / (1 + self.speculation_margin) if plain and b.spec_type else tps
+            if plain and b.spec_type:
+                tps /= 1 + self.speculation_margin
+            return cost.uncached(b.name) / prompt_tps[b.name] + answer / max(tps, 1e-9)
+
+        def credited(b: RoutableBackend) -> float:
+            """The whole request's speed here: answer tokens per second of its time."""
+            return answer / seconds(b)
 
         ranked = sorted(ready, key=lambda b: (b.name in demoted, -credited(b), b.load))
         best = ranked[0]
 
-        def about_as_fast(other: RoutableBackend, margin: float) -> bool:
-            return other.name not in demoted and credited(other) >= (1 - margin) * credited(best)
+        def about_as_fast(other: RoutableBackend, margin: float, wait_s: float = 0.0) -> bool:
+            # Within the margin of the best, or done sooner than the best would be after its wait.
+            if other.name in demoted:
+                return False
+            theirs = seconds(other)
+            return theirs * (1 - margin) <= seconds(best) or theirs <= seconds(best) + wait_s
 
         if not self._starts_now(best):
             # The best would wait: for its device (another backend decodes there) or for a
             # slot. A backend that starts at once is taken instead if it is about as fast at
-            # this load: joining the batch already decoding on the device (one process, no
-            # extra threads) or spilling to one whose device has room.
+            # this load, the wait counted: joining the batch already decoding on the device
+            # (one process, no extra threads) or spilling to one whose device has room.
+            wait = self._wait_s(best, ready, estimates, answer, levels)
             for other in ranked[1:]:
                 same = other.device is best.device
                 margin = JOIN_MARGIN if same else SPILL_MARGIN
@@ -192,7 +261,10 @@ class RoutePolicy:
                 joinable = self._starts_now(other) or (
                     same and other.load > 0 and other.device.admits(other.name)
                 )
-                if joinable and about_as_fast(other, margin):
+                # The wait is counted where the request is the only one it matters to: on
+                # another device. Joining the device's batch keeps every later request there
+                # too, so there only the margin decides (it prices the drain the sweep measured).
+                if joinable and about_as_fast(other, margin, 0.0 if same else wait):
                     reason: RouteReason = "join_batch" if other.load else "spill"
                     return RouteChoice(other.name, reason, levels[other.name])
             if not best.device.admits(best.name):
@@ -208,28 +280,107 @@ class RoutePolicy:
         # and be measured under contention it did not cause. On a device it shares, a probe
         # of a clearly slower backend holds the device for a whole answer, and every request
         # arriving meanwhile waits for it (a 29-s draft probe opened a sweep cell of eight code
-        # streams and cost it 60 %): there only near-ties are probed.
-        top = estimates[best.name].tokens_per_s
+        # streams and cost it 60 %): there only near-ties are probed. Nor is a request sent
+        # where it would process much more of its prompt than on the best.
+        top = credited(best)
         probes = [
             b
             for b in ranked[1:]
             if self._starts_now(b)
             and self._device_idle(b, backends)
-            and (
-                not self._shares_device(b, ready)
-                or estimates[b.name].tokens_per_s >= (1 - JOIN_MARGIN) * top
-            )
+            and cheap_to_move(b)
+            and (not self._shares_device(b, ready) or credited(b) >= (1 - JOIN_MARGIN) * top)
         ]
-        if probes and self.rng.random() < self.explore_share:
-            other = self._explore_target(probes, estimates[best.name], estimates)
+        # Where the intervals of two estimates overlap, the order may be wrong: probe there
+        # at the configured share; a backend clearly slower is re-measured a quarter as often.
+        low = estimates[best.name].interval(board.alpha)[0]
+        unsure = [b for b in probes if estimates[b.name].interval(board.alpha)[1] >= low]
+        share = self.explore_share if unsure else self.explore_share / 4
+        if probes and self.rng.random() < share:
+            other = self._explore_target(unsure or probes, estimates[best.name], estimates)
             return RouteChoice(other.name, "explore", levels[other.name])
         fastest = max(ready, key=lambda b: estimates[b.name].tokens_per_s)
         reason = "fastest"
+        held = cost.cached.get(best.name, 0)
+        elsewhere = max((cost.cached.get(b.name, 0) for b in ready if b is not best), default=0)
         if fastest.name in demoted:
             reason = "demoted"
+        elif held >= AFFINITY_TOKENS and held - elsewhere >= AFFINITY_TOKENS:
+            reason = "affinity"
         elif fastest.name != best.name and estimates[fastest.name].tokens_per_s > credited(best):
             reason = "within_margin"
         return RouteChoice(best.name, reason, levels[best.name])
+
+    def _recheck(
+        self,
+        task: str,
+        ready: Sequence[RoutableBackend],
+        backends: Sequence[RoutableBackend],
+        estimates: dict[str, Estimate],
+        cost: RequestCost,
+        cheap_to_move: Callable[[RoutableBackend], bool],
+    ) -> RoutableBackend | None:
+        """A backend known for this class only from a busy machine, to measure again now.
+
+        Only on a quiet machine, on an idle device, for a request cheap to send there; and
+        one backend every RECHECK_EVERY decisions, so a machine that stays busy does not
+        turn every request into a probe.
+        """
+        if not cost.quiet:
+            return None
+        for b in ready:
+            last = self._rechecked.get((b.name, task))
+            due = last is None or self._decisions - last >= RECHECK_EVERY
+            if (
+                estimates[b.name].contended
+                and due
+                and self._starts_now(b)
+                and self._device_idle(b, backends)
+                and cheap_to_move(b)
+            ):
+                self._rechecked[(b.name, task)] = self._decisions
+                return b
+        return None
+
+    def _answer_tokens(
+        self,
+        task: str,
+        ready: Sequence[RoutableBackend],
+        estimates: dict[str, Estimate],
+        cost: RequestCost,
+    ) -> float:
+        """The answer length expected for this class: the same model answers on every backend,
+        so one length for all, from every backend's measured answers (short ones included)."""
+        lengths = [self.scoreboard.answer_tokens(b.name, task) for b in ready]
+        known = [n for n in lengths if n is not None]
+        mean = sum(known) / len(known) if known else estimates[ready[0].name].tokens
+        if cost.max_tokens is not None:
+            mean = min(mean, float(cost.max_tokens))
+        return max(mean, 1.0)
+
+    def _prompt_speeds(self, ready: Sequence[RoutableBackend]) -> dict[str, float]:
+        """Each backend's measured prompt tokens/s; the slowest measured one for the others."""
+        rates = {b.name: self.scoreboard.prompt_speed(b.name) for b in ready}
+        known = [r.tokens_per_s for r in rates.values() if r is not None and r.tokens_per_s > 0]
+        fallback = min(known) if known else _UNKNOWN_PROMPT_TPS
+        return {
+            name: r.tokens_per_s if r is not None and r.tokens_per_s > 0 else fallback
+            for name, r in rates.items()
+        }
+
+    @staticmethod
+    def _wait_s(
+        best: RoutableBackend,
+        ready: Sequence[RoutableBackend],
+        estimates: dict[str, Estimate],
+        answer: float,
+        levels: Mapping[str, int],
+    ) -> float:
+        """Expected wait before `best` starts: half an answer of what decodes on its device."""
+        running = [b for b in ready if b.device is best.device and b.load > 0]
+        if not running:
+            return 0.0
+        return max(answer / max(estimates[b.name].tokens_per_s, 1e-9) for b in running) / 2
 
     @staticmethod
     def _starts_now(backend: RoutableBackend) -> bool:

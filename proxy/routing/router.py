@@ -9,7 +9,8 @@ from typing import Any, Literal
 from proxy.llamacpp import Timings
 from proxy.routing.aliases import ModelAliases
 from proxy.routing.classifier import TaskClassifier
-from proxy.routing.policy import RoutableBackend, RouteChoice, RoutePolicy
+from proxy.routing.policy import RequestCost, RoutableBackend, RouteChoice, RoutePolicy
+from proxy.routing.prefixes import PrefixCache
 from proxy.routing.scoreboard import Outcome, Scoreboard
 from proxy.tasks import AUTO_MODEL, AUTO_TASK_MODELS, TASK_CLASSES
 
@@ -51,6 +52,7 @@ class Router:
         self.policy = policy
         self.scoreboard = scoreboard
         self.aliases = aliases or ModelAliases({})
+        self.prefixes = PrefixCache()
 
     def resolve_model(self, model: str) -> str:
         """The model id an alias stands for; any other id unchanged."""
@@ -76,7 +78,11 @@ class Router:
         return str(self.classifier.classify(body))
 
     def choose(
-        self, model: str, task: str, backends: Sequence[RoutableBackend]
+        self,
+        model: str,
+        task: str,
+        backends: Sequence[RoutableBackend],
+        cost: RequestCost | None = None,
     ) -> tuple[RoutableBackend, RouteChoice]:
         """The backend for this request; raises UnknownModelError or NoBackendError."""
         by_name = {b.name: b for b in backends}
@@ -87,13 +93,16 @@ class Router:
             return pinned, RouteChoice(model, "pinned", self.policy.level(pinned, backends))
         if model != AUTO_MODEL and model not in AUTO_TASK_MODELS:
             raise UnknownModelError(model)
-        choice = self.policy.choose(task, backends)
+        choice = self.policy.choose(task, backends, cost)
         if choice is None:
             raise NoBackendError("no backend is ready")
         return by_name[choice.backend], choice
 
     def choose_any(
-        self, model: str, backends: Sequence[RoutableBackend]
+        self,
+        model: str,
+        backends: Sequence[RoutableBackend],
+        cost: RequestCost | None = None,
     ) -> tuple[RoutableBackend, AnyReason]:
         """A ready backend for a request every backend answers alike (the model is shared)."""
         by_name = {b.name: b for b in backends}
@@ -106,8 +115,11 @@ class Router:
         ready = [b for b in backends if b.ready]
         if not ready:
             raise NoBackendError("no backend is ready")
-        # One that starts at once on its device first: another would wait for, or crowd, it.
-        return min(ready, key=lambda b: (not b.device.admits(b.name), b.load)), "least_busy"
+        # One that starts at once on its device first: another would wait for, or crowd, it;
+        # among those, the one holding most of the prompt (an embedding of a long document).
+        held = cost.cached if cost is not None else {}
+        best = min(ready, key=lambda b: (not b.device.admits(b.name), b.load, -held.get(b.name, 0)))
+        return best, "least_busy"
 
     def record(self, outcome: Outcome) -> None:
         """Feed a finished request's measurements back into the scoreboard."""

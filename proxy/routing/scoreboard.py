@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from proxy.llamacpp import Timings
 
 LOAD_LEVELS = (1, 2, 4, 8)
 _FAST = 0.5
+# A prompt this short measures llama-server's per-request overhead more than its prompt speed.
+_MIN_PROMPT_TOKENS = 64
+# z for the two-sided 90 % interval kept with each estimate.
+_Z = 1.645
 
 
 def load_level(in_flight: int) -> int:
@@ -38,11 +43,30 @@ class Estimate:
     accepted: float = 0.0
     recent_acceptance: float | None = None
     samples: int = 0
+    # Decayed mean and mean square of log(tokens/s) per answer: the spread of what it measured.
+    log_mean: float = 0.0
+    log_square: float = 0.0
+    # Whether every sample here was taken while other programs used the machine's CPUs.
+    contended: bool = False
 
     @property
     def acceptance(self) -> float | None:
         """Long-run accepted / drafted tokens, None for a backend that drafted nothing."""
         return self.accepted / self.drafted if self.drafted > 0 else None
+
+    def interval(self, alpha: float) -> tuple[float, float]:
+        """A 90 % interval of the speed this estimate stands for (tokens/s).
+
+        One sample says nothing of the spread: its interval is taken as a factor of two either
+        way, which any repeated measurement narrows.
+        """
+        if self.samples < 2:
+            return self.tokens_per_s / 2, self.tokens_per_s * 2
+        spread = math.sqrt(max(self.log_square - self.log_mean**2, 0.0))
+        # Decayed averages remember about (2 - alpha) / alpha samples.
+        n = min(float(self.samples), (2 - alpha) / alpha)
+        half = _Z * max(spread, 0.02) / math.sqrt(n)
+        return self.tokens_per_s * math.exp(-half), self.tokens_per_s * math.exp(half)
 
 
 @dataclass(frozen=True)
@@ -57,6 +81,10 @@ class Outcome:
     predicted_n: int
     draft_n: int
     draft_n_accepted: int
+    prompt_n: int = 0
+    prompt_ms: float = 0.0
+    # Whether other programs used a good share of the machine's CPUs while it ran.
+    contended: bool = False
 
     @classmethod
     def from_timings(
@@ -66,6 +94,7 @@ class Outcome:
         level: int,
         timings: Timings,
         ttft_s: float | None = None,
+        contended: bool = False,
     ) -> Outcome:
         """A sample from what llama.cpp measured."""
         return cls(
@@ -77,22 +106,65 @@ class Outcome:
             predicted_n=timings.predicted_n,
             draft_n=timings.draft_n,
             draft_n_accepted=timings.draft_n_accepted,
+            prompt_n=timings.prompt_n,
+            prompt_ms=timings.prompt_ms,
+            contended=contended,
         )
 
 
+@dataclass
+class Rate:
+    """A decayed tokens / seconds ratio: a backend's prompt speed."""
+
+    tokens: float = 0.0
+    seconds: float = 0.0
+    samples: int = 0
+    contended: bool = False
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Tokens per second over the decayed samples."""
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class _Cells:
+    """The estimates of one table: quiet samples and contended samples kept apart."""
+
+    quiet: dict[tuple[str, str, int], Estimate] = field(default_factory=dict)
+    noisy: dict[tuple[str, str, int], Estimate] = field(default_factory=dict)
+
+
 class Scoreboard:
-    """Keeps estimates; new samples weigh `alpha`, so old measurements fade."""
+    """Keeps estimates; new samples weigh `alpha`, so old measurements fade.
+
+    Samples taken while other programs used the machine (a build, another server) are kept
+    apart from quiet ones and stand in for them only until a quiet sample exists: a handful of
+    requests measured on a busy machine cannot overrule what a quiet one measured.
+    """
 
     def __init__(self, alpha: float = 0.2, min_tokens: int = 8) -> None:
         self.alpha = alpha
         self.min_tokens = min_tokens
         self._table: dict[tuple[str, str, int], Estimate] = {}
+        self._noisy: dict[tuple[str, str, int], Estimate] = {}
+        self._prompt: dict[tuple[str, bool], Rate] = {}
+        # Decayed mean answer length per (backend, task), short answers included.
+        self._answers: dict[tuple[str, str], tuple[float, int]] = {}
 
     def record(self, outcome: Outcome) -> None:
         """Fold one request's measurements in; very short generations say little and are skipped."""
+        self._record_prompt(outcome)
+        if outcome.tokens_per_s is not None or outcome.predicted_n:
+            key2 = (outcome.backend, outcome.task)
+            mean, n = self._answers.get(key2, (0.0, 0))
+            a = max(self.alpha, 1.0 / (n + 1))
+            self._answers[key2] = (mean + a * (outcome.predicted_n - mean), n + 1)
         if not outcome.tokens_per_s or outcome.predicted_n < self.min_tokens:
             return
-        est = self._table.setdefault((outcome.backend, outcome.task, outcome.level), Estimate())
+        key = (outcome.backend, outcome.task, outcome.level)
+        table = self._noisy if outcome.contended else self._table
+        est = table.setdefault(key, Estimate(contended=outcome.contended))
         # The first samples weigh more, so a fresh estimate is not dragged toward zero.
         a = max(self.alpha, 1.0 / (est.samples + 1))
         seconds = outcome.predicted_n / outcome.tokens_per_s
@@ -100,6 +172,9 @@ class Scoreboard:
         est.tokens += share * (outcome.predicted_n - est.tokens)
         est.seconds += share * (seconds - est.seconds)
         est.tokens_per_s = est.tokens / est.seconds
+        log_tps = math.log(outcome.tokens_per_s)
+        est.log_mean += a * (log_tps - est.log_mean)
+        est.log_square += a * (log_tps**2 - est.log_square)
         if outcome.ttft_s is not None:
             est.ttft_s += a * (outcome.ttft_s - est.ttft_s)
         est.drafted += a * (outcome.draft_n - est.drafted)
@@ -111,13 +186,29 @@ class Scoreboard:
             est.recent_acceptance = now if prev is None else prev + _FAST * (now - prev)
         est.samples += 1
 
+    def _record_prompt(self, outcome: Outcome) -> None:
+        if outcome.prompt_n < _MIN_PROMPT_TOKENS or outcome.prompt_ms <= 0:
+            return
+        rate = self._prompt.setdefault(
+            (outcome.backend, outcome.contended), Rate(contended=outcome.contended)
+        )
+        a = max(self.alpha, 1.0 / (rate.samples + 1))
+        rate.tokens += a * (outcome.prompt_n - rate.tokens)
+        rate.seconds += a * (outcome.prompt_ms / 1000 - rate.seconds)
+        rate.samples += 1
+
     def get(self, backend: str, task: str, level: int) -> Estimate | None:
-        """The estimate at exactly this load level, if any."""
-        return self._table.get((backend, task, level))
+        """The estimate at exactly this load level (quiet samples if any), if any."""
+        key = (backend, task, level)
+        return self._table.get(key) or self._noisy.get(key)
 
     def measured_levels(self, backend: str, task: str) -> set[int]:
         """The load levels this backend has an estimate at for this task."""
-        return {lv for lv in LOAD_LEVELS if (backend, task, lv) in self._table}
+        return {
+            lv
+            for lv in LOAD_LEVELS
+            if (backend, task, lv) in self._table or ((backend, task, lv) in self._noisy)
+        }
 
     def nearest(
         self, backend: str, task: str, level: int, among: set[int] | None = None
@@ -129,29 +220,57 @@ class Scoreboard:
         if not measured:
             return None
         best = min(measured, key=lambda lv: (abs(lv - level), lv))
-        return self._table[(backend, task, best)]
+        return self.get(backend, task, best)
+
+    def prompt_speed(self, backend: str) -> Rate | None:
+        """This backend's measured prompt speed, from quiet samples where there are any."""
+        return self._prompt.get((backend, False)) or self._prompt.get((backend, True))
+
+    def answer_tokens(self, backend: str, task: str) -> float | None:
+        """The decayed mean length of this backend's answers to this class, short ones too."""
+        mean = self._answers.get((backend, task))
+        return mean[0] if mean else None
 
     def items(self) -> list[tuple[tuple[str, str, int], Estimate]]:
-        """All estimates, sorted by key."""
-        return sorted(self._table.items())
+        """Every cell's estimate (quiet samples where there are any), sorted by key."""
+        cells = {**self._noisy, **self._table}
+        return sorted(cells.items())
 
     def save(self, path: Path) -> None:
         """Persist atomically as JSON."""
         path.parent.mkdir(parents=True, exist_ok=True)
         rows = [
-            {"backend": b, "task": t, "level": lv, **asdict(e)} for (b, t, lv), e in self.items()
+            {"backend": b, "task": t, "level": lv, **asdict(e)}
+            for table in (self._table, self._noisy)
+            for (b, t, lv), e in sorted(table.items())
         ]
+        prompt = [{"backend": b, **asdict(r)} for (b, _), r in sorted(self._prompt.items())]
+        answers = [
+            {"backend": b, "task": t, "tokens": m, "samples": n}
+            for (b, t), (m, n) in sorted(self._answers.items())
+        ]
+        document = {"estimates": rows, "prompt_speed": prompt, "answer_tokens": answers}
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(rows, indent=1))
+        tmp.write_text(json.dumps(document, indent=1))
         os.replace(tmp, path)
 
     def load(self, path: Path) -> int:
         """Read estimates saved earlier; returns how many were loaded (0 if none or unreadable)."""
         try:
-            rows = json.loads(path.read_text())
+            document = json.loads(path.read_text())
+            # Before prompt speeds were kept the file was the list of estimates alone.
+            rows = document if isinstance(document, list) else document["estimates"]
             for row in rows:
                 key = (str(row.pop("backend")), str(row.pop("task")), int(row.pop("level")))
-                self._table[key] = Estimate(**row)
+                est = Estimate(**row)
+                (self._noisy if est.contended else self._table)[key] = est
+            if isinstance(document, dict):
+                for row in document.get("prompt_speed", []):
+                    rate = Rate(**{k: v for k, v in row.items() if k != "backend"})
+                    self._prompt[(str(row["backend"]), rate.contended)] = rate
+                for row in document.get("answer_tokens", []):
+                    pair = (float(row["tokens"]), int(row["samples"]))
+                    self._answers[(str(row["backend"]), str(row["task"]))] = pair
         except (OSError, ValueError, TypeError, KeyError, AttributeError):
             return 0
         return len(rows)
