@@ -33,6 +33,11 @@ def _same(body: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
+_TOOL_ITEMS = frozenset(
+    {"function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output"}
+)
+
+
 def responses_view(body: Mapping[str, Any]) -> Mapping[str, Any]:
     """A Responses body as the chat body the classifier reads: instructions, input, tools."""
     messages: list[Any] = []
@@ -42,7 +47,12 @@ def responses_view(body: Mapping[str, Any]) -> Mapping[str, Any]:
     if isinstance(value, str):
         messages.append({"role": "user", "content": value})
     elif isinstance(value, list):
-        messages.extend(item for item in value if isinstance(item, dict) and "role" in item)
+        # Tool calls and their outputs too: what the agent did last tells its next answer.
+        messages.extend(
+            item
+            for item in value
+            if isinstance(item, dict) and ("role" in item or item.get("type") in _TOOL_ITEMS)
+        )
     return {"messages": messages, "tools": body.get("tools")}
 
 

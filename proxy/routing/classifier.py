@@ -9,6 +9,7 @@ from itertools import pairwise, repeat
 from typing import Any, Final
 
 from proxy.routing import lexicon as lx
+from proxy.routing.agent_turns import next_answer_class
 from proxy.routing.cues import (
     HISTORY_HEAD,
     INSTR_HEAD,
@@ -91,8 +92,10 @@ class TaskClassifier:
       function", "what is the difference between X and Y", a review, "why does this crash").
 
     FIM (``/infill``) requests are routed by their endpoint; a body with FIM markers,
-    ``input_prefix``/``input_suffix``, or a non-empty ``tools``/``functions`` list is **code**
-    here without further ado. Any other body goes through two stages:
+    ``input_prefix``/``input_suffix`` is **code** here without further ado; a body with a
+    non-empty ``tools``/``functions`` list is an agent's turn, **code** (a tool call) unless
+    its history shows an edit of a file it read is due (``proxy.routing.agent_turns``):
+    **echo**. Any other body goes through two stages:
 
     1. hand-written rules (``proxy.routing.cues`` over ``proxy.routing.lexicon``) find cues:
        an ask to repeat or edit a payload, weighted code evidence, a coding-assistant or
@@ -130,7 +133,8 @@ class TaskClassifier:
             return "prose"
         tools = body.get("tools") or body.get("functions")
         if tools and is_list(tools):
-            return "code"
+            messages = body.get("messages")
+            return next_answer_class(messages) if is_list(messages) else "code"
         if isinstance(body.get("input_prefix"), str) or isinstance(body.get("input_suffix"), str):
             return "code"
         user = self._user_text(body)
