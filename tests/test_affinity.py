@@ -40,8 +40,10 @@ def test_a_later_turn_shares_the_whole_earlier_prompt() -> None:
 
 def test_markers_the_model_does_not_read_do_not_break_the_prefix() -> None:
     # Claude Code moves cache_control to the newest message on every turn.
-    a = {"system": [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]}
-    b = {"system": [{"type": "text", "text": SYSTEM}]}
+    a: dict[str, object] = {
+        "system": [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
+    }
+    b: dict[str, object] = {"system": [{"type": "text", "text": SYSTEM}]}
     a["messages"] = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
     b["messages"] = [
         {"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {}}]}

@@ -77,9 +77,6 @@ def test_the_classifier_routes_agent_turns_through_it() -> None:
 
 def test_the_cpu_meter_sees_another_program_and_not_its_own() -> None:
     meter = CpuMeter(lambda: [])
-    start = meter.snapshot()
-    time.sleep(0.6)
-    idle = meter.foreign_share(start, meter.snapshot())
     # Half the machine's cores busy: half its CPU time, whatever the machine.
     hogs = [
         subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -95,7 +92,8 @@ def test_the_cpu_meter_sees_another_program_and_not_its_own() -> None:
         for hog in hogs:
             hog.kill()
             hog.wait()
-    assert idle is not None and busy is not None and counted_as_ours is not None
-    assert busy >= CONTENDED_SHARE > idle
-    # The same process counted as the proxy's own is not another program.
-    assert counted_as_ours < CONTENDED_SHARE
+    assert busy is not None and counted_as_ours is not None
+    assert busy >= CONTENDED_SHARE
+    # The same processes counted as the proxy's own are not other programs: their half of
+    # the machine is not in the share (whatever else runs beside the test).
+    assert counted_as_ours <= busy - 0.3

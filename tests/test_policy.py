@@ -273,7 +273,7 @@ def test_under_load_the_backend_measured_fastest_at_that_load_is_waited_for() ->
     tie = Scoreboard()
     measure(tie, "plain", "prose", 16.5, level=4)
     measure(tie, "ngram", "prose", 18, level=4)
-    assert RoutePolicy(tie, explore_share=0).choose("prose", loaded).reason == "join_batch"
+    assert RoutePolicy(tie, explore_share=0).choose("prose", loaded).reason == "join_batch"  # type: ignore[union-attr]
 
 
 def test_backends_are_compared_at_a_load_level_both_were_measured_at() -> None:
