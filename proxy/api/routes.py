@@ -535,6 +535,7 @@ async def health(request: web.Request) -> web.Response:
 
 async def scoreboard(request: web.Request) -> web.Response:
     """GET /scoreboard: what the router has measured, per backend, task class and load level."""
+    board = request.app[ROUTER].scoreboard
     rows = [
         {
             "backend": backend,
@@ -545,10 +546,19 @@ async def scoreboard(request: web.Request) -> web.Response:
             "acceptance": None if est.acceptance is None else round(est.acceptance, 4),
             "recent_acceptance": est.recent_acceptance,
             "samples": est.samples,
+            # The 90 % interval the router compares by, and whether only a busy machine
+            # measured this cell.
+            "interval": [round(x, 2) for x in est.interval(board.alpha)],
+            "contended": est.contended,
         }
-        for (backend, task, level), est in request.app[ROUTER].scoreboard.items()
+        for (backend, task, level), est in board.items()
     ]
-    return web.json_response({"estimates": rows})
+    prompt = {
+        name: round(rate.tokens_per_s, 1)
+        for name in request.app[POOL].names
+        if (rate := board.prompt_speed(name)) is not None
+    }
+    return web.json_response({"estimates": rows, "prompt_tokens_per_s": prompt})
 
 
 async def restart_backend(request: web.Request) -> web.Response:
