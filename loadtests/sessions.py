@@ -2339,7 +2339,7 @@ def _norm_path(path: object) -> str:
             text = text[len(prefix) :]
     if text.startswith("/home/dev/src/"):
         text = text.split("/", 5)[-1]
-    return text
+    return "" if text in (".", "/") else text
 
 
 def repair_arguments(arguments: str) -> str:
@@ -2380,6 +2380,42 @@ def repair_arguments(arguments: str) -> str:
         except ValueError:
             continue
     return "{}"
+
+
+_TOOL_NAMES: Final = frozenset(t["function"]["name"] for t in tool_definitions())
+_TEXT_CALL = re.compile(r'\{\s*"name"\s*:\s*"(\w+)"')
+
+
+def text_tool_calls(content: str) -> list[tuple[str, str]]:
+    """Tool calls a model wrote as text, (name, JSON arguments), for the tools it was given.
+
+    Small models often write the call instead of making it: Qwen2.5-Coder-1.5B answered
+    `<tools>{"name": "read_file", "arguments": {...}}</tools>` here, others a fenced JSON block.
+    A call cut by max_tokens is closed like a cut real call.
+    """
+    calls = []
+    position = 0
+    while (match := _TEXT_CALL.search(content, position)) is not None:
+        position = match.end()
+        if match.group(1) not in _TOOL_NAMES:
+            continue
+        tail = content[match.start() :]
+        try:
+            value, used = json.JSONDecoder().raw_decode(tail)
+        except ValueError:
+            # Cut: everything from the brace on, fences and tags after it left out.
+            cut = re.sub(r"\s*(```|</?tools?(_call)?>)\s*$", "", tail)
+            try:
+                value, used = json.loads(repair_arguments(cut)), len(tail)
+            except ValueError:
+                continue
+        arguments = value.get("arguments") if isinstance(value, dict) else None
+        if isinstance(arguments, str):
+            arguments = json.loads(repair_arguments(arguments))
+        if isinstance(arguments, dict):
+            calls.append((match.group(1), json.dumps(arguments)))
+        position = match.start() + used
+    return calls
 
 
 @dataclass
@@ -2522,8 +2558,10 @@ class Session:
     workspace: Workspace
     max_turns: int
     max_tokens_cap: int = 0
+    text_tools: bool = True
     messages: list[dict[str, Any]] = field(default_factory=list)
     turns_done: int = 0
+    last_style: Literal["call", "text"] | None = None
     _task: int = 0
     _step: int = 0
     _retried: bool = False
@@ -2604,9 +2642,27 @@ class Session:
                     ),
                 }
             )
+        called = [c["function"]["name"] for c in calls]
+        self.last_style = "call" if calls else None
+        if not calls and self.text_tools:
+            written = text_tool_calls(content or "")
+            if written:
+                # Qwen's chat template renders tool results as a user turn of <tool_response>
+                # blocks: the same text, sent as the model was told to expect it.
+                results = [self._result(name, args) for name, args in written]
+                self.messages.append(
+                    {
+                        "role": "user",
+                        "content": "\n".join(
+                            f"<tool_response>\n{r}\n</tool_response>" for r in results
+                        ),
+                    }
+                )
+                called = [name for name, _ in written]
+                self.last_style = "text"
         self.turns_done += 1
-        self._advance([c["function"]["name"] for c in calls])
-        return [c["function"]["name"] for c in calls]
+        self._advance(called)
+        return called
 
     def _result(self, name: str, arguments: str) -> str:
         try:
@@ -2775,6 +2831,7 @@ class TurnResult:
     ttft_s: float | None = None
     finish_reason: str | None = None
     tools_called: list[str] = field(default_factory=list)
+    tool_style: str | None = None
     content_chars: int = 0
     arguments_chars: int = 0
     answer: str = ""
@@ -2808,29 +2865,20 @@ def send_turn(
     )
     stream = AnswerStream()
     t0 = time.perf_counter()
-    try:
-        with http.post(
-            f"{base_url.rstrip('/')}/v1/chat/completions",
-            json=body,
-            headers=session.headers,
-            stream=True,
-            timeout=(10, timeout_s),
-        ) as resp:
-            result.status = resp.status_code
-            result.backend = resp.headers.get("X-Specproxy-Backend")
-            result.route = resp.headers.get("X-Specproxy-Route")
-            if resp.status_code != 200:
-                result.error = f"HTTP {resp.status_code}: {resp.text[:300]}"
-            else:
-                # chunk_size=None hands over each chunk as it arrives: exact first-token time.
-                for chunk in resp.iter_content(chunk_size=None):
-                    stream.feed(chunk, time.perf_counter() - t0)
-                if stream.error:
-                    result.error = f"error event: {stream.error}"
-                elif not stream.done:
-                    result.error = "the stream ended without [DONE]"
-    except (requests.RequestException, ValueError) as exc:
-        result.error = f"{exc.__class__.__name__}: {exc}"
+    for attempt in range(2):
+        try:
+            _post(http, base_url, body, session.headers, timeout_s, result, stream, t0)
+            break
+        except requests.ConnectionError as exc:
+            # A kept-alive connection the server had closed fails before the request reaches
+            # it (llama-server closes some after a stream): one retry on a fresh connection.
+            if attempt == 0 and result.status is None and stream.deltas == 0:
+                t0 = time.perf_counter()
+                continue
+            result.error = f"{exc.__class__.__name__}: {exc}"
+        except (requests.RequestException, ValueError) as exc:
+            result.error = f"{exc.__class__.__name__}: {exc}"
+            break
     result.seconds = time.perf_counter() - t0
     result.ttft_s = stream.first_token_s
     result.finish_reason = stream.finish_reason
@@ -2844,9 +2892,43 @@ def send_turn(
     )
     if result.ok:
         result.tools_called = session.observe(message, stream.finish_reason)
+        result.tool_style = session.last_style
     else:
         session.turns_done = session.max_turns
     return result
+
+
+def _post(
+    http: requests.Session,
+    base_url: str,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    timeout_s: float,
+    result: TurnResult,
+    stream: AnswerStream,
+    t0: float,
+) -> None:
+    """One streamed request: status, headers and the stream into result and stream."""
+    with http.post(
+        f"{base_url.rstrip('/')}/v1/chat/completions",
+        json=body,
+        headers=headers,
+        stream=True,
+        timeout=(10, timeout_s),
+    ) as resp:
+        result.status = resp.status_code
+        result.backend = resp.headers.get("X-Specproxy-Backend")
+        result.route = resp.headers.get("X-Specproxy-Route")
+        if resp.status_code != 200:
+            result.error = f"HTTP {resp.status_code}: {resp.text[:300]}"
+            return
+        # chunk_size=None hands over each chunk as it arrives: exact first-token time.
+        for chunk in resp.iter_content(chunk_size=None):
+            stream.feed(chunk, time.perf_counter() - t0)
+    if stream.error:
+        result.error = f"error event: {stream.error}"
+    elif not stream.done:
+        result.error = "the stream ended without [DONE]"
 
 
 def _fill_timings(result: TurnResult, raw: dict[str, Any]) -> None:
