@@ -195,3 +195,26 @@ def test_intervals_narrow_with_repeated_measurements() -> None:
         measure(board, "plain", "code", tps)
     lo, hi = board.get("plain", "code", 1).interval(board.alpha)  # type: ignore[union-attr]
     assert 9.0 < lo < 10.0 < hi < 11.0
+
+
+def test_an_agent_sessions_first_turn_is_placed_for_the_whole_session() -> None:
+    # Tool calls decode alike on both; edits 2x on ngram. The first turn is a tool call, but
+    # the session stays where it starts, and its edits are most of what it will decode.
+    board = board_with()
+    for _ in range(8):
+        measure(board, "ngram", "code", 9.0)  # a shade slower at tool calls
+    for _ in range(3):
+        board.record(Outcome("plain", "echo", 1, 10.0, 1.0, 400, 0, 0))
+        board.record(Outcome("ngram", "echo", 1, 20.0, 1.0, 400, 300, 250))
+    policy = RoutePolicy(board, explore_share=0, speculation_margin=0)
+    backends = shared(Backend("plain"), Backend("ngram", "ngram-mod"))
+    lone = policy.choose("code", backends, RequestCost(prompt_tokens=6000))
+    assert lone is not None and lone.backend == "plain"
+    first = policy.choose("code", backends, RequestCost(prompt_tokens=6000, agent=True))
+    assert first is not None and first.backend == "ngram"
+    # Measured agent answers set the mix: sessions of tool calls only stay where those win.
+    for _ in range(20):
+        board.record(Outcome("plain", "code", 1, 10.0, 1.0, 40, 0, 0, agent=True))
+    assert board.agent_mix() == {"code": 1.0}
+    calls = policy.choose("code", backends, RequestCost(prompt_tokens=6000, agent=True))
+    assert calls is not None and calls.backend == "plain"

@@ -106,6 +106,8 @@ class _Prompt:
 
     prefix: PromptPrefix
     session: str | None
+    # Whether the request offers tools: an agent's turn.
+    agent: bool = False
 
 
 def _finish(
@@ -128,7 +130,13 @@ def _finish(
         route.level if measured.mean_load is None else load_level(int(measured.mean_load + 0.5))
     )
     outcome = Outcome.from_timings(
-        backend, task or "", ran_at, timings, measured.ttft_s, measured.contended
+        backend,
+        task or "",
+        ran_at,
+        timings,
+        measured.ttft_s,
+        measured.contended,
+        agent=prompt is not None and prompt.agent,
     )
     if task == FIM_TASK:
         outcome = fim_outcome(outcome, timings)
@@ -277,6 +285,7 @@ def _choose(
         cached={name: c.tokens for name, c in held.items()},
         max_tokens=budget,
         quiet=app[CPU].quiet_now(),
+        agent=prompt is not None and prompt.agent,
     )
     try:
         if task is None:
@@ -340,7 +349,11 @@ async def _serve(request: web.Request, surface: Surface, seen: RequestRecord) ->
         upstream_body = surface.upstream(body)
     fit = await _backends_that_fit(app, surface, surface.upstream(body), len(raw), model)
     prompt = (
-        _Prompt(PromptPrefix.of(surface.upstream(body)), session_key(body, request.headers))
+        _Prompt(
+            PromptPrefix.of(surface.upstream(body)),
+            session_key(body, request.headers),
+            agent=bool(surface.view(body).get("tools")),
+        )
         if surface.generates
         else None
     )

@@ -50,6 +50,10 @@ AFFINITY_TOKENS = WORTH_FOLLOWING_TOKENS
 RECHECK_EVERY = 4
 # Prompt speed assumed for a backend none was measured for, relative to those measured.
 _UNKNOWN_PROMPT_TPS = 50.0
+# Until agents' answers are measured, their sessions are taken to decode as many tokens in
+# edits as in tool calls and code (CLIENTS.md: a whole-file edit is hundreds of tokens, a
+# tool call tens, and a task has a few of each).
+_AGENT_MIX_PRIOR = {"code": 0.5, "echo": 0.5}
 
 
 class DeviceView(Protocol):
@@ -98,6 +102,8 @@ class RequestCost:
     max_tokens: int | None = None
     # Whether the machine's CPUs were left to the proxy and its backends just now.
     quiet: bool = True
+    # Whether it is an agent's turn (a request with tools): where it starts, the session stays.
+    agent: bool = False
 
     def uncached(self, backend: str) -> int:
         """Prompt tokens this backend would have to process."""
@@ -224,13 +230,15 @@ class RoutePolicy:
         answer = self._answer_tokens(task, ready, estimates, cost)
         prompt_tps = self._prompt_speeds(ready)
 
+        mix = self._session_mix(task, ready, levels, cost)
+
         def seconds(b: RoutableBackend) -> float:
             # Speculation must win by more than the noise: its speed swings with how
             # predictable each prompt is, and a rejected draft costs compute the device shares.
-            tps = estimates[b.name].tokens_per_s
+            per_token = sum(share / self._speed(b, c, levels, estimates) for c, share in mix)
             if plain and b.spec_type:
-                tps /= 1 + self.speculation_margin
-            return cost.uncached(b.name) / prompt_tps[b.name] + answer / max(tps, 1e-9)
+                per_token *= 1 + self.speculation_margin
+            return cost.uncached(b.name) / prompt_tps[b.name] + answer * per_token
 
         def credited(b: RoutableBackend) -> float:
             """The whole request's speed here: answer tokens per second of its time."""
@@ -310,6 +318,48 @@ class RoutePolicy:
         elif fastest.name != best.name and estimates[fastest.name].tokens_per_s > credited(best):
             reason = "within_margin"
         return RouteChoice(best.name, reason, levels[best.name])
+
+    def _speed(
+        self,
+        b: RoutableBackend,
+        task: str,
+        levels: Mapping[str, int],
+        estimates: dict[str, Estimate],
+    ) -> float:
+        """Decode tokens/s of `b` for a class, from this request's estimate where it is its own."""
+        est = (
+            estimates[b.name]
+            if task == ""
+            else self.scoreboard.nearest(b.name, task, levels[b.name])
+        )
+        return max(est.tokens_per_s if est is not None else 0.0, 1e-9)
+
+    def _session_mix(
+        self,
+        task: str,
+        ready: Sequence[RoutableBackend],
+        levels: Mapping[str, int],
+        cost: RequestCost,
+    ) -> list[tuple[str, float]]:
+        """The classes the decode time is weighed over: this request's own (as ""), or for an
+        agent session's first turn, held nowhere yet, the session's measured mix of classes.
+
+        An agent's session stays where its first turn lands (moving its prompt costs more
+        than any decode gain), so that turn is placed for the answers the session will give:
+        its edits as much as the tool call it starts with.
+        """
+        if not cost.agent or any(n >= AFFINITY_TOKENS for n in cost.cached.values()):
+            return [("", 1.0)]
+        mix = self.scoreboard.agent_mix() or _AGENT_MIX_PRIOR
+        usable = [
+            (t, share)
+            for t, share in mix.items()
+            if all(self.scoreboard.nearest(b.name, t, levels[b.name]) for b in ready)
+        ]
+        total = sum(share for _, share in usable)
+        if total <= 0:
+            return [("", 1.0)]
+        return [("" if t == task else t, share / total) for t, share in usable]
 
     def _recheck(
         self,

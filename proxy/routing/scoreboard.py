@@ -85,6 +85,8 @@ class Outcome:
     prompt_ms: float = 0.0
     # Whether other programs used a good share of the machine's CPUs while it ran.
     contended: bool = False
+    # Whether it was an agent's turn (a request with tools).
+    agent: bool = False
 
     @classmethod
     def from_timings(
@@ -95,6 +97,7 @@ class Outcome:
         timings: Timings,
         ttft_s: float | None = None,
         contended: bool = False,
+        agent: bool = False,
     ) -> Outcome:
         """A sample from what llama.cpp measured."""
         return cls(
@@ -109,6 +112,7 @@ class Outcome:
             prompt_n=timings.prompt_n,
             prompt_ms=timings.prompt_ms,
             contended=contended,
+            agent=agent,
         )
 
 
@@ -151,10 +155,17 @@ class Scoreboard:
         self._prompt: dict[tuple[str, bool], Rate] = {}
         # Decayed mean answer length per (backend, task), short answers included.
         self._answers: dict[tuple[str, str], tuple[float, int]] = {}
+        # Decayed answer tokens of agents' turns per class: what an agent session decodes.
+        self._agent_tokens: dict[str, float] = {}
 
     def record(self, outcome: Outcome) -> None:
         """Fold one request's measurements in; very short generations say little and are skipped."""
         self._record_prompt(outcome)
+        if outcome.agent and outcome.predicted_n:
+            for task in {*self._agent_tokens, outcome.task}:
+                got = outcome.predicted_n if task == outcome.task else 0
+                old = self._agent_tokens.get(task, 0.0)
+                self._agent_tokens[task] = old + self.alpha * (got - old)
         if outcome.tokens_per_s is not None or outcome.predicted_n:
             key2 = (outcome.backend, outcome.task)
             mean, n = self._answers.get(key2, (0.0, 0))
@@ -231,6 +242,11 @@ class Scoreboard:
         mean = self._answers.get((backend, task))
         return mean[0] if mean else None
 
+    def agent_mix(self) -> dict[str, float]:
+        """The share of agents' answer tokens in each class, as measured (empty before any)."""
+        total = sum(self._agent_tokens.values())
+        return {t: n / total for t, n in self._agent_tokens.items()} if total > 0 else {}
+
     def items(self) -> list[tuple[tuple[str, str, int], Estimate]]:
         """Every cell's estimate (quiet samples where there are any), sorted by key."""
         cells = {**self._noisy, **self._table}
@@ -249,7 +265,12 @@ class Scoreboard:
             {"backend": b, "task": t, "tokens": m, "samples": n}
             for (b, t), (m, n) in sorted(self._answers.items())
         ]
-        document = {"estimates": rows, "prompt_speed": prompt, "answer_tokens": answers}
+        document = {
+            "estimates": rows,
+            "prompt_speed": prompt,
+            "answer_tokens": answers,
+            "agent_tokens": self._agent_tokens,
+        }
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps(document, indent=1))
         os.replace(tmp, path)
@@ -268,6 +289,8 @@ class Scoreboard:
                 for row in document.get("prompt_speed", []):
                     rate = Rate(**{k: v for k, v in row.items() if k != "backend"})
                     self._prompt[(str(row["backend"]), rate.contended)] = rate
+                agent = document.get("agent_tokens", {})
+                self._agent_tokens = {str(t): float(n) for t, n in agent.items()}
                 for row in document.get("answer_tokens", []):
                     pair = (float(row["tokens"]), int(row["samples"]))
                     self._answers[(str(row["backend"]), str(row["task"]))] = pair
