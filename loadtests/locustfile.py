@@ -1,4 +1,4 @@
-"""Locust scenarios for specproxy: single-stream and batched chat users, with speed metrics.
+"""Locust scenarios for specproxy: single-stream, batched and coding-agent users, and metrics.
 
 Run from the repository root, e.g.:
     locust -f loadtests/locustfile.py --headless -u 4 -r 4 -t 60s --host http://127.0.0.1:8080 \
@@ -6,6 +6,13 @@ Run from the repository root, e.g.:
 Besides each request ("chat:<task>"), every answer fires "tps:<task>:<backend>" (response time
 column = generation tokens/s, length = tokens) and, when streaming, "ttft:<task>:<backend>"
 (time to first token, ms).  --results-file keeps every request as a JSON line.
+
+AgentSessionUser runs coding-agent sessions (loadtests/sessions.py), each user its own growing
+conversation with the answers really replayed; its task is "agent-<shape>", and every turn also
+fires "cached:agent-<shape>:<backend>" (response time column = % of the prompt served from cache):
+    locust -f loadtests/locustfile.py --headless -u 4 -r 4 -t 900s --host http://127.0.0.1:8080 \
+        AgentSessionUser --model auto --session-shape edit-heavy --session-turns 8 \
+        --sessions-per-user 1
 """
 
 from __future__ import annotations
@@ -27,6 +34,18 @@ from locust.exception import StopUser
 
 from loadtests.measure import Sample, summarise, write_samples
 from loadtests.prompts import PROMPTS, Messages, prompt_sequence
+from loadtests.sessions import (
+    DEFAULT_SYSTEM_TOKENS,
+    DEFAULT_TURNS,
+    SHAPES,
+    AnswerStream,
+    Session,
+    TurnSample,
+    build_session,
+    cached_share,
+    send_turn,
+    turn_sample,
+)
 from proxy.llamacpp import Timings
 
 log = logging.getLogger("loadtests")
@@ -90,6 +109,50 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         env_var="LOCUST_RESULTS_FILE",
         help="write every request as a JSON line here when the test stops",
     )
+    sessions = parser.add_argument_group("AgentSessionUser")
+    sessions.add_argument(
+        "--session-shape",
+        choices=SHAPES,
+        default="mixed",
+        env_var="LOCUST_SESSION_SHAPE",
+        help="edit-heavy (reads then rewrites and edits), explain (reads and prose), or mixed",
+    )
+    sessions.add_argument(
+        "--session-turns",
+        type=int,
+        default=DEFAULT_TURNS,
+        env_var="LOCUST_SESSION_TURNS",
+        help="requests per session",
+    )
+    sessions.add_argument(
+        "--system-tokens",
+        type=int,
+        default=DEFAULT_SYSTEM_TOKENS,
+        env_var="LOCUST_SYSTEM_TOKENS",
+        help="size of each session's system prompt, in tokens (tools come on top)",
+    )
+    sessions.add_argument(
+        "--session-seed",
+        type=int,
+        default=0,
+        env_var="LOCUST_SESSION_SEED",
+        help="which sessions: the same seed gives every mode the same ones",
+    )
+    sessions.add_argument(
+        "--sessions-per-user",
+        type=int,
+        default=0,
+        env_var="LOCUST_SESSIONS_PER_USER",
+        help="stop each user after this many sessions (the run ends when all have); 0: go on",
+    )
+    sessions.add_argument(
+        "--session-max-tokens",
+        type=int,
+        default=0,
+        env_var="LOCUST_SESSION_MAX_TOKENS",
+        help="cap every turn's max_tokens (0: by turn kind, 48 for a tool call to 600 for a "
+        "whole-file write)",
+    )
 
 
 events.init_command_line_parser.add_listener(_add_arguments)  # type: ignore[no-untyped-call]
@@ -109,6 +172,12 @@ class LoadOptions:
     prompt_count: int
     api_key: str
     results_file: Path | None
+    session_shape: str = "mixed"
+    session_turns: int = DEFAULT_TURNS
+    system_tokens: int = DEFAULT_SYSTEM_TOKENS
+    session_seed: int = 0
+    sessions_per_user: int = 0
+    session_max_tokens: int = 0
 
     @classmethod
     def of(cls, environment: Environment) -> LoadOptions:
@@ -126,6 +195,12 @@ class LoadOptions:
             prompt_count=opts.prompt_count,
             api_key=opts.api_key,
             results_file=Path(opts.results_file) if opts.results_file else None,
+            session_shape=opts.session_shape,
+            session_turns=opts.session_turns,
+            system_tokens=opts.system_tokens,
+            session_seed=opts.session_seed,
+            sessions_per_user=opts.sessions_per_user,
+            session_max_tokens=opts.session_max_tokens,
         )
 
 
@@ -137,10 +212,13 @@ class _RunState:
         self.in_flight = 0
         self.samples: list[Sample] = []
         self.prompts: Iterator[tuple[str, Messages]] = iter(())
+        self.sessions_started = 0
+        self.agents_active = 0
 
     def reset(self, prompts: list[tuple[str, Messages]]) -> None:
         """Forget the previous run (the web UI can start several in one process)."""
         self.issued, self.in_flight, self.samples = 0, 0, []
+        self.sessions_started = 0
         # One sequence for all users, so concurrent users send different prompts.
         self.prompts = itertools.cycle(prompts)
 
@@ -278,36 +356,52 @@ class _ChatUser(User):
         return size
 
     def _fire(self, sample: Sample, elapsed_ms: float, size: int) -> None:
-        request = self.environment.events.request
-        request.fire(
-            request_type="POST",
-            name=f"chat:{sample.task}",
-            response_time=elapsed_ms,
-            response_length=size,
-            exception=RuntimeError(sample.error) if sample.outcome == "failed" else None,
-            context={"backend": sample.backend},
-        )
-        if sample.outcome != "ok" or sample.tokens_per_s is None:
-            return
-        # Metric rows: locust's "response time" columns hold tokens/s and TTFT in ms here.
-        where = f"{sample.task}:{sample.backend}"
+        _fire(self.environment, sample, elapsed_ms, size)
+
+
+def _fire(environment: Environment, sample: Sample, elapsed_ms: float, size: int) -> None:
+    """The request event of a sample, then its metric rows."""
+    # Locust's EventHook.fire is untyped.
+    request: Any = environment.events.request
+    request.fire(
+        request_type="POST",
+        name=f"chat:{sample.task}",
+        response_time=elapsed_ms,
+        response_length=size,
+        exception=RuntimeError(sample.error) if sample.outcome == "failed" else None,
+        context={"backend": sample.backend},
+    )
+    if sample.outcome != "ok" or sample.tokens_per_s is None:
+        return
+    # Metric rows: locust's "response time" columns hold tokens/s and TTFT in ms here.
+    where = f"{sample.task}:{sample.backend}"
+    request.fire(
+        request_type="METRIC",
+        name=f"tps:{where}",
+        response_time=sample.tokens_per_s,
+        response_length=sample.tokens,
+        exception=None,
+        context={},
+    )
+    if sample.ttft_s is not None:
         request.fire(
             request_type="METRIC",
-            name=f"tps:{where}",
-            response_time=sample.tokens_per_s,
-            response_length=sample.tokens,
+            name=f"ttft:{where}",
+            response_time=sample.ttft_s * 1000,
+            response_length=0,
             exception=None,
             context={},
         )
-        if sample.ttft_s is not None:
-            request.fire(
-                request_type="METRIC",
-                name=f"ttft:{where}",
-                response_time=sample.ttft_s * 1000,
-                response_length=0,
-                exception=None,
-                context={},
-            )
+    share = cached_share([sample]) if isinstance(sample, TurnSample) else None
+    if isinstance(sample, TurnSample) and share is not None:
+        request.fire(
+            request_type="METRIC",
+            name=f"cached:{where}",
+            response_time=share * 100,
+            response_length=sample.cache_n,
+            exception=None,
+            context={},
+        )
 
 
 class SingleStreamUser(_ChatUser):
@@ -318,6 +412,107 @@ class SingleStreamUser(_ChatUser):
 
 class BatchedUser(_ChatUser):
     """As many users as -u asks, all at once: what a shared server sees."""
+
+
+class AgentSessionUser(User):
+    """A coding agent: one session after another, each turn resending the grown conversation.
+
+    Every user runs its own sessions (numbered across users, so no two share one), and each
+    turn's answer is the one the model really gave, appended before the next turn.
+    """
+
+    # Closed loop, as an agent sends its next turn as soon as the tool results are in.
+    wait_time = constant(0)
+
+    def on_start(self) -> None:
+        """Open a connection pool and read the options."""
+        if not self.host:
+            raise StopUser("set --host to the proxy's URL")
+        self.base_url: str = self.host
+        self.http = requests.Session()
+        self.options = LoadOptions.of(self.environment)
+        if self.options.api_key:
+            self.http.headers["Authorization"] = f"Bearer {self.options.api_key}"
+        self.session: Session | None = None
+        self.sessions_done = 0
+        self.finished = False
+        _RUN.agents_active += 1
+
+    def on_stop(self) -> None:
+        """Close the connection pool; the last agent to finish ends the run."""
+        self.http.close()
+        if not self.finished:
+            self.finished = True
+            _RUN.agents_active -= 1
+
+    def _stop(self) -> None:
+        self.finished = True
+        _RUN.agents_active -= 1
+        if _RUN.agents_active <= 0 and _RUN.in_flight == 0:
+            assert self.environment.runner is not None
+            self.environment.runner.quit()
+        raise StopUser()
+
+    def _current(self) -> Session:
+        """The session to continue, or the next one once it is done."""
+        opts = self.options
+        if self.session is not None and not self.session.done:
+            return self.session
+        if self.session is not None:
+            self.sessions_done += 1
+        if opts.sessions_per_user and self.sessions_done >= opts.sessions_per_user:
+            self._stop()
+        index = _RUN.sessions_started
+        _RUN.sessions_started += 1
+        self.session = build_session(
+            opts.session_shape,  # type: ignore[arg-type]
+            index,
+            opts.session_seed,
+            opts.system_tokens,
+            opts.session_turns,
+            opts.session_max_tokens,
+        )
+        return self.session
+
+    @task
+    def turn(self) -> None:
+        """One turn of the agent's session, then its request and metric events."""
+        opts = self.options
+        session = self._current()
+        if not _RUN.claim(opts.requests):
+            if _RUN.in_flight == 0:
+                assert self.environment.runner is not None
+                self.environment.runner.quit()
+            raise StopUser()
+        start = time.time()
+        t0 = time.perf_counter()
+        turn, kind = session.turns_done, session.kind
+        stream = AnswerStream()
+        sample: Sample | None = None
+        _RUN.in_flight += 1
+        try:
+            result = send_turn(self.http, self.base_url, session, opts.model, 900, stream)
+            if result is not None:
+                sample = turn_sample(result, opts.model, start, time.time())
+        finally:
+            _RUN.in_flight -= 1
+            if sample is None:
+                # Stopped mid-turn at the end of the run: a cut sample keeps what arrived.
+                sample = TurnSample(
+                    start=start,
+                    task=f"agent-{session.shape}",
+                    model=opts.model,
+                    stream=True,
+                    end=time.time(),
+                    tokens=stream.deltas,
+                    ttft_s=stream.first_token_s,
+                    last_token_s=stream.last_token_s,
+                    session=session.id,
+                    turn=turn,
+                    kind=kind,
+                )
+            _RUN.samples.append(sample)
+        _fire(self.environment, sample, (time.perf_counter() - t0) * 1000, 0)
 
 
 def _on_test_start(environment: Environment, **_: Any) -> None:
@@ -331,9 +526,11 @@ def _on_test_stop(environment: Environment, **_: Any) -> None:
         write_samples(opts.results_file, _RUN.samples)
     s = summarise(_RUN.samples)
     per_stream = f"{s.per_stream_tps:.1f}" if s.per_stream_tps is not None else "-"
+    turns = [t for t in _RUN.samples if isinstance(t, TurnSample)]
+    share = cached_share(turns)
     log.info(
         "%d requests (%d failed, %d cut), %d tokens in %.1f s: %.1f tok/s aggregate, "
-        "%s tok/s per stream; backends %s",
+        "%s tok/s per stream; backends %s%s",
         s.requests,
         s.failures,
         s.cut,
@@ -342,6 +539,9 @@ def _on_test_stop(environment: Environment, **_: Any) -> None:
         s.aggregate_tps,
         per_stream,
         s.backends,
+        f"; {_RUN.sessions_started} agent sessions, {share:.0%} of prompt tokens cached"
+        if share is not None
+        else "",
     )
 
 

@@ -2850,12 +2850,18 @@ class TurnResult:
 
 
 def send_turn(
-    http: requests.Session, base_url: str, session: Session, model: str, timeout_s: float = 900
+    http: requests.Session,
+    base_url: str,
+    session: Session,
+    model: str,
+    timeout_s: float = 900,
+    stream: AnswerStream | None = None,
 ) -> TurnResult | None:
     """Make the session's next turn on base_url (…/v1/chat/completions), measure it, and
     append its answer to the session; None once the session is done.
 
-    A failed turn ends the session: its conversation would go on without the answer.
+    A failed turn ends the session: its conversation would go on without the answer. Pass
+    stream to see what arrived of a turn that is interrupted.
     """
     body = session.next_request(model)
     if body is None:
@@ -2863,7 +2869,7 @@ def send_turn(
     result = TurnResult(
         session.id, session.shape, session.turns_done, session.kind, body["max_tokens"]
     )
-    stream = AnswerStream()
+    stream = stream if stream is not None else AnswerStream()
     t0 = time.perf_counter()
     for attempt in range(2):
         try:
