@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +13,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from loadtests.measure import RunSummary
+from loadtests.sessions import TurnSample, cached_share, is_agent_task
 
 AUTO = "auto"
 CSV_FIELDS = (
@@ -28,7 +30,42 @@ CSV_FIELDS = (
     "ttft_p50_s",
     "acceptance",
     "answered_by",
+    "sessions",
+    "session_s",
+    "cached_share",
 )
+
+
+@dataclass(frozen=True)
+class AgentSummary:
+    """What the agents of one cell went through: their sessions and the prompt cache."""
+
+    sessions: int
+    complete: int
+    turns: int
+    session_s: float | None
+    cached_share: float | None
+
+
+def agent_summary(samples: Sequence[TurnSample], turns: int | None = None) -> AgentSummary:
+    """Sessions of a cell; complete ones (every turn answered, `turns` of them if given) get a
+    wall time from their first request to their last answer."""
+    by_session: dict[str, list[TurnSample]] = {}
+    for s in samples:
+        by_session.setdefault(s.session, []).append(s)
+    complete = [
+        group
+        for group in by_session.values()
+        if all(s.outcome == "ok" for s in group) and (turns is None or len(group) == turns)
+    ]
+    walls = [max(s.end for s in g) - min(s.start for s in g) for g in complete]
+    return AgentSummary(
+        sessions=len(by_session),
+        complete=len(complete),
+        turns=len(samples),
+        session_s=statistics.fmean(walls) if walls else None,
+        cached_share=cached_share(s for s in samples if s.outcome == "ok"),
+    )
 
 
 @dataclass(frozen=True)
@@ -39,6 +76,7 @@ class Cell:
     backend: str
     concurrency: int
     summary: RunSummary
+    agent: AgentSummary | None = None
 
 
 @dataclass(frozen=True)
@@ -83,6 +121,9 @@ def write_csv(path: Path, cells: Sequence[Cell]) -> None:
                     _round(s.ttft_p50_s, 3),
                     _round(s.acceptance, 3),
                     " ".join(f"{b}:{n}" for b, n in s.backends.items()),
+                    c.agent.sessions if c.agent else "",
+                    _round(c.agent.session_s) if c.agent else "",
+                    _round(c.agent.cached_share, 3) if c.agent else "",
                 ]
             )
 
@@ -194,6 +235,64 @@ def auto_lines(cells: Sequence[Cell], task: str, levels: Sequence[int]) -> list[
     return lines
 
 
+def session_ratios(
+    cells: Sequence[Cell], task: str, backend: str, baseline: str, levels: Sequence[int]
+) -> dict[int, float | None]:
+    """Mean agent session time of backend over baseline's at each level (below 1 is faster)."""
+    times = {
+        (c.backend, c.concurrency): c.agent.session_s
+        for c in cells
+        if c.task == task and c.agent is not None and c.agent.session_s
+    }
+    out: dict[int, float | None] = {}
+    for level in levels:
+        mine, base = times.get((backend, level)), times.get((baseline, level))
+        out[level] = mine / base if mine and base else None
+    return out
+
+
+def agent_lines(
+    cells: Sequence[Cell], task: str, backends: Sequence[str], baseline: str | None
+) -> list[str]:
+    """A table of session time, time to first token and cached share, then session times
+    relative to the baseline."""
+    levels = sorted({c.concurrency for c in cells if c.task == task})
+    by_key = {(c.backend, c.concurrency): c for c in cells if c.task == task}
+    out = [
+        "",
+        "Agent sessions: mean session wall time (first request to last answer, complete "
+        "sessions only), median time to first token, share of prompt tokens served from cache.",
+        "",
+        "| backend | " + " | ".join(f"×{lv}" for lv in levels) + " |",
+        "| --- |" + " ---: |" * len(levels),
+    ]
+    for b in backends:
+        row = []
+        for lv in levels:
+            cell = by_key.get((b, lv))
+            agent = cell.agent if cell else None
+            if cell is None or agent is None:
+                row.append("")
+                continue
+            session = f"{agent.session_s:.0f} s" if agent.session_s is not None else "-"
+            ttft = _round(cell.summary.ttft_p50_s, 1) or "-"
+            cached = f"{agent.cached_share:.0%}" if agent.cached_share is not None else "-"
+            partial = (
+                f" ({agent.complete}/{agent.sessions})" if agent.complete < agent.sessions else ""
+            )
+            row.append(f"{session}{partial}, TTFT {ttft} s, {cached}")
+        out.append(f"| {b} | " + " | ".join(row) + " |")
+    if baseline is not None and baseline in backends:
+        out.append("")
+        for b in backends:
+            if b == baseline:
+                continue
+            ratios = session_ratios(cells, task, b, baseline, levels)
+            shown = ", ".join(f"×{v:.2f} at {lv}" for lv, v in ratios.items() if v is not None)
+            out.append(f"- {b}: session time {shown or 'not measured'} of {baseline}'s")
+    return out
+
+
 def failed_cell(summary: RunSummary) -> bool:
     """A cell with failed requests, or one that produced no token at all."""
     return bool(summary.failures) or summary.tokens == 0
@@ -235,6 +334,8 @@ def write_markdown(path: Path, cells: Sequence[Cell], setup: SweepSetup) -> None
         else:
             out += verdict(cells, task, setup.baseline, speculative, levels, setup.margin)
         out += auto_lines(cells, task, levels)
+        if is_agent_task(task):
+            out += agent_lines(cells, task, backends, setup.baseline)
     failed = [c for c in cells if failed_cell(c.summary)]
     if failed:
         out += ["", "## Failures", ""]

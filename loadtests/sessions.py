@@ -41,6 +41,8 @@ from proxy.llamacpp import Timings
 Shape = Literal["edit-heavy", "explain", "mixed"]
 TurnKind = Literal["read", "search", "write", "edit", "explain"]
 SHAPES: Final[tuple[Shape, ...]] = ("edit-heavy", "explain", "mixed")
+# The load tests' task names for agent sessions of each shape.
+AGENT_TASKS: Final = tuple(f"agent-{shape}" for shape in SHAPES)
 # A tool call is a few dozen tokens; a whole-file write is cut after MAX_TOKENS["write"]
 # (files run 600-2,000 tokens), which still measures hundreds of tokens copied from the prompt.
 MAX_TOKENS: Final[dict[TurnKind, int]] = {
@@ -67,6 +69,11 @@ CHARS_PER_TOKEN: Final = 4.3
 # Below this many system tokens the tools are described in one sentence each, so a session fits
 # a small test context (2,048 tokens).
 _BRIEF_TOOLS_BELOW: Final = 2000
+
+
+def is_agent_task(task: str) -> bool:
+    """Whether a load-test task name stands for agent sessions (agent-<shape>)."""
+    return task in AGENT_TASKS
 
 
 def estimate_tokens(text: str) -> int:

@@ -1,6 +1,10 @@
 """Sweep concurrency × backend × task class, one headless locust run per cell, then report.
 
 python -m loadtests.sweep --url http://127.0.0.1:8080 --out loadtest-results/
+
+Task classes are the prompt classes (code, prose, echo) and, asked for by name, coding-agent
+sessions (agent-edit-heavy, agent-explain, agent-mixed): N agents at once, each running one
+session of --session-turns turns (loadtests/sessions.py).
 """
 
 from __future__ import annotations
@@ -19,17 +23,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadtests.measure import RunSummary, read_samples, summarise
+from loadtests.measure import RunSummary, Sample, read_samples, summarise
 from loadtests.prompts import PROMPTS, Messages, prompt_sequence
 from loadtests.report import (
     AUTO,
+    AgentSummary,
     Cell,
     SweepSetup,
+    agent_summary,
     failed_cell,
     write_csv,
     write_markdown,
     write_plot,
 )
+from loadtests.sessions import AGENT_TASKS, DEFAULT_SYSTEM_TOKENS, is_agent_task, read_turn_samples
 from proxy.llamacpp import metric_value
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,6 +65,10 @@ class SweepOptions:
     margin: float
     api_key: str | None
     warm_up: bool
+    session_turns: int = 6
+    system_tokens: int = DEFAULT_SYSTEM_TOKENS
+    agent_seconds: int = 1800
+    session_seed: int = 0
 
 
 def _csv_list(text: str) -> list[str]:
@@ -76,9 +87,11 @@ def _levels(text: str) -> list[int]:
 
 def _tasks(text: str) -> list[str]:
     tasks = _csv_list(text)
-    unknown = [t for t in tasks if t not in PROMPTS]
+    unknown = [t for t in tasks if t not in PROMPTS and t not in AGENT_TASKS]
     if unknown or not tasks:
-        raise argparse.ArgumentTypeError(f"task classes are {', '.join(PROMPTS)}")
+        raise argparse.ArgumentTypeError(
+            f"task classes are {', '.join(PROMPTS)}, and agent sessions {', '.join(AGENT_TASKS)}"
+        )
     return tasks
 
 
@@ -95,7 +108,12 @@ def parse_options(argv: list[str] | None) -> SweepOptions:
         type=_csv_list,
         help="model ids to load (default: every backend in /v1/models, then auto)",
     )
-    p.add_argument("--tasks", type=_tasks, default=list(PROMPTS), help="task classes")
+    p.add_argument(
+        "--tasks",
+        type=_tasks,
+        default=list(PROMPTS),
+        help=f"task classes ({', '.join(PROMPTS)}), or agent sessions ({', '.join(AGENT_TASKS)})",
+    )
     # A 256-token edit takes 15 s alone on two cores: 16 s cells held 1-3 answers, and the
     # same backend measured 17.2 and 24.0 tokens/s in two of them.
     p.add_argument(
@@ -149,6 +167,29 @@ def parse_options(argv: list[str] | None) -> SweepOptions:
         default=os.environ.get("LOCUST_API_KEY"),
         help="for a proxy with api_keys (default: env LOCUST_API_KEY)",
     )
+    agents = p.add_argument_group("agent sessions (--tasks agent-...)")
+    agents.add_argument(
+        "--session-turns", type=int, default=6, help="turns of each agent's one session"
+    )
+    agents.add_argument(
+        "--system-tokens",
+        type=int,
+        default=DEFAULT_SYSTEM_TOKENS,
+        help="system prompt of each session, in tokens (tools come on top)",
+    )
+    # Eight agents' first turns are 8 x 7 k prompt tokens: minutes on two CPU cores.
+    agents.add_argument(
+        "--agent-seconds",
+        type=int,
+        default=1800,
+        help="per agent cell: longest run; it ends earlier once every agent finished its session",
+    )
+    agents.add_argument(
+        "--session-seed",
+        type=int,
+        default=0,
+        help="which sessions; each level adds its own offset, every mode at a level runs the same",
+    )
     a = p.parse_args(argv)
     return SweepOptions(
         url=a.url.rstrip("/"),
@@ -167,6 +208,10 @@ def parse_options(argv: list[str] | None) -> SweepOptions:
         margin=a.margin,
         api_key=a.api_key,
         warm_up=a.warm_up,
+        session_turns=a.session_turns,
+        system_tokens=a.system_tokens,
+        agent_seconds=a.agent_seconds,
+        session_seed=a.session_seed,
     )
 
 
@@ -382,6 +427,55 @@ def warm_prompt_caches(
                 return
 
 
+def _locust(opts: SweepOptions, name: str, command: list[str], run_s: int) -> None:
+    """Run one cell's locust process, its output in <out>/cells/<name>.log."""
+    cells = opts.out / "cells"
+    # The key travels in the environment, not on a command line others can read.
+    env = {**os.environ, "LOCUST_API_KEY": opts.api_key or ""}
+    with (cells / f"{name}.log").open("w") as log:
+        try:
+            # cwd: locust puts it on sys.path, which is how the locustfile finds `loadtests`.
+            subprocess.run(
+                command,
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=run_s + opts.drain + 120,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            print(f"locust did not stop; see {log.name}", file=log)
+
+
+def session_seed(opts: SweepOptions, level: int) -> int:
+    """The sessions of a level: the same for every mode there, others at other levels."""
+    return opts.session_seed + 1000 * level
+
+
+def run_agent_cell(opts: SweepOptions, task: str, backend: str, level: int) -> Cell:
+    """`level` agents at once, each running one session to its end (or until --agent-seconds)."""
+    cells = opts.out / "cells"
+    cells.mkdir(parents=True, exist_ok=True)
+    name = f"{task}-{backend}-c{level}"
+    results = cells / f"{name}.jsonl"
+    results.unlink(missing_ok=True)
+    command = [
+        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary",
+        "--host", opts.url, "-u", str(level), "-r", str(level),
+        "--run-time", f"{opts.agent_seconds}s", "--stop-timeout", str(opts.drain),
+        "--json-file", str(cells / f"{name}_stats"), "--exit-code-on-error", "0",
+        "AgentSessionUser", "--model", backend, "--session-shape", task.removeprefix("agent-"),
+        "--session-turns", str(opts.session_turns), "--system-tokens", str(opts.system_tokens),
+        "--session-seed", str(session_seed(opts, level)), "--sessions-per-user", "1",
+        "--results-file", str(results),
+    ]  # fmt: skip
+    _locust(opts, name, command, opts.agent_seconds)
+    samples = read_turn_samples(results)
+    plain: list[Sample] = list(samples)
+    return Cell(task, backend, level, summarise(plain), agent_summary(samples, opts.session_turns))
+
+
 def run_cell(
     opts: SweepOptions, task: str, backend: str, level: int, prompts: tuple[int, int]
 ) -> RunSummary:
@@ -403,22 +497,7 @@ def run_cell(
         "--requests", str(opts.requests_per_user * level), "--results-file", str(results),
         "--prompt-start", str(prompts[0]), "--prompt-count", str(prompts[1]),
     ]  # fmt: skip
-    # The key travels in the environment, not on a command line others can read.
-    env = {**os.environ, "LOCUST_API_KEY": opts.api_key or ""}
-    with (cells / f"{name}.log").open("w") as log:
-        try:
-            # cwd: locust puts it on sys.path, which is how the locustfile finds `loadtests`.
-            subprocess.run(
-                command,
-                cwd=ROOT,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                timeout=opts.seconds + opts.drain + 120,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            print(f"locust did not stop; see {log.name}", file=log)
+    _locust(opts, name, command, opts.seconds)
     return summarise(read_samples(results))
 
 
@@ -452,7 +531,21 @@ def _describe(opts: SweepOptions, not_fresh: list[str]) -> str:
         f"cell the backends it can use are restarted (n-gram always; the others except on "
         f"{', '.join(sorted(_SHORT_PROMPT_TAILS))}) so no mode gains from another's history"
         f"{'; NOT restarted: ' + ', '.join(not_fresh) if not_fresh else ''}; "
-        f"{time.strftime('%Y-%m-%d %H:%M')}."
+        f"{_describe_agents(opts)}{time.strftime('%Y-%m-%d %H:%M')}."
+    )
+
+
+def _describe_agents(opts: SweepOptions) -> str:
+    agents = [t for t in opts.tasks if is_agent_task(t)]
+    if not agents:
+        return ""
+    return (
+        f"agent cells ({', '.join(agents)}): each of the N agents runs one session of "
+        f"{opts.session_turns} turns with a {opts.system_tokens}-token system prompt and its "
+        f"real answers replayed (per-turn max_tokens by turn kind), every mode at a level the "
+        f"same sessions, all backends it can use restarted before it and not warmed (the "
+        f"first turn's prompt is part of what an agent waits for), at most "
+        f"{opts.agent_seconds} s; "
     )
 
 
@@ -463,7 +556,14 @@ def _line(cell: Cell) -> str:
         f"{cell.task:5} {cell.backend:>10} ×{cell.concurrency}: {s.requests} requests "
         f"({s.failures} failed, {s.cut} cut), {s.aggregate_tps:.1f} tok/s aggregate, "
         f"{per_stream} per stream, answered by {s.backends or '-'}"
+        + (f"; {_agent_line(cell.agent)}" if cell.agent else "")
     )
+
+
+def _agent_line(agent: AgentSummary) -> str:
+    cached = f"{agent.cached_share:.0%}" if agent.cached_share is not None else "-"
+    session = f"{agent.session_s:.0f} s" if agent.session_s is not None else "-"
+    return f"{agent.sessions} sessions ({agent.complete} complete, mean {session}), {cached} cached"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -479,10 +579,20 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     plan = [(t, lv, b) for t in opts.tasks for lv in opts.levels for b in backends]
-    slices = prompt_slices(opts.levels, {t: len(PROMPTS[t]) for t in opts.tasks})
-    bound = len(plan) * (opts.seconds + opts.drain + _CELL_OVERHEAD_S) / 60
+    slices = prompt_slices(opts.levels, {t: len(PROMPTS[t]) for t in opts.tasks if t in PROMPTS})
+    bound = (
+        sum(
+            (opts.agent_seconds if is_agent_task(t) else opts.seconds)
+            + opts.drain
+            + _CELL_OVERHEAD_S
+            for t, _, _ in plan
+        )
+        / 60
+    )
+    # An agent cell ends when its agents have finished their sessions: --agent-seconds bounds it.
+    about = "up to" if any(is_agent_task(t) for t in opts.tasks) else "about"
     print(
-        f"{len(plan)} cells ({', '.join(backends)}): about {bound:.0f} min, plus what cut "
+        f"{len(plan)} cells ({', '.join(backends)}): {about} {bound:.0f} min, plus what cut "
         "requests take to leave the backends' queues",
         flush=True,
     )
@@ -493,7 +603,8 @@ def main(argv: list[str] | None = None) -> int:
     interrupted = False
     try:
         for i, (task, level, backend) in enumerate(plan, 1):
-            if opts.warm_up and (i == 1 or plan[i - 2][0] != task):
+            agent = is_agent_task(task)
+            if opts.warm_up and not agent and (i == 1 or plan[i - 2][0] != task):
                 # Those restarted before their first cell are warmed then, on its prompts.
                 kept = [b for b in backends if b not in restart_before(task, b, backends, kinds)]
                 _wait_idle(opts.url, opts.idle_timeout, opts.api_key)
@@ -504,7 +615,7 @@ def main(argv: list[str] | None = None) -> int:
                 _wait_idle(opts.url, opts.idle_timeout, opts.api_key)
                 failed = restart_backends(opts, fresh)
                 not_fresh += [f"{task} ×{level} {b}" for b in failed]
-                if opts.warm_up:
+                if opts.warm_up and not agent:
                     start, count = slices[(task, level)]
                     sent = [m for _, m in prompt_sequence(task, start, count)]
                     warm_prompt_caches(
@@ -512,8 +623,11 @@ def main(argv: list[str] | None = None) -> int:
                     )
             if not _wait_idle(opts.url, opts.idle_timeout, opts.api_key):
                 print(f"backends still busy after {opts.idle_timeout:.0f} s; measuring anyway")
-            summary = run_cell(opts, task, backend, level, slices[(task, level)])
-            cell = Cell(task, backend, level, summary)
+            if agent:
+                cell = run_agent_cell(opts, task, backend, level)
+            else:
+                summary = run_cell(opts, task, backend, level, slices[(task, level)])
+                cell = Cell(task, backend, level, summary)
             cells.append(cell)
             print(f"[{i}/{len(plan)}] {_line(cell)}", flush=True)
             if cell.summary.first_error:
