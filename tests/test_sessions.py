@@ -1,0 +1,488 @@
+"""Agent sessions: what they send, how answers are replayed, and what the benchmark adds up."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loadtests.report import Cell, agent_lines, agent_summary, write_csv
+from loadtests.sessions import (
+    MAX_TOKENS,
+    SHAPES,
+    AnswerStream,
+    Session,
+    TurnSample,
+    build_repository,
+    build_session,
+    build_sessions,
+    cached_share,
+    estimate_tokens,
+    repair_arguments,
+    text_tool_calls,
+)
+from proxy.api.validation import check_chat
+from scripts.session_benchmark import (
+    BARE,
+    agreement,
+    bootstrap_interval,
+    markdown,
+    ratio_interval,
+    summarise,
+)
+from tests.conftest import ROOT, RunningProxy
+from tests.test_loadtests import LOCUST, _summary
+
+# --------------------------------------------------------------------------- building
+
+
+def test_the_same_seed_and_index_give_the_same_session() -> None:
+    one, two = build_session("mixed", 2, seed=7), build_session("mixed", 2, seed=7)
+    assert one.system == two.system and one.tools == two.tools
+    assert one.tasks == two.tasks and one.workspace.files == two.workspace.files
+    other = build_session("mixed", 3, seed=7)
+    assert other.tasks != one.tasks and other.workspace.files != one.workspace.files
+    assert build_session("mixed", 2, seed=8).workspace.files != one.workspace.files
+
+
+def test_sessions_share_the_agents_instructions_as_a_prefix() -> None:
+    # One agent's sessions start with the same instructions, so a server that has seen one
+    # holds the next one's first thousands of tokens.
+    a, b = build_sessions("edit-heavy", 2, seed=0)
+    shared = os.path.commonprefix([a.system, b.system])  # noqa: RUF071 (text, not paths)
+    assert estimate_tokens(shared) > 3000
+    assert a.system != b.system  # the project part is each session's own
+
+
+@pytest.mark.parametrize("tokens", [300, 2000, 6000, 16000])
+def test_the_system_prompt_is_about_as_long_as_asked(tokens: int) -> None:
+    system = build_session("mixed", 0, system_tokens=tokens).system
+    assert 0.9 * tokens <= estimate_tokens(system) <= 1.02 * tokens
+
+
+def test_the_system_prompt_is_instructions_not_filler() -> None:
+    system = build_session("mixed", 0, system_tokens=6000).system
+    instructions = system.split("# Environment")[0]
+    assert estimate_tokens(instructions) > 3000
+    paragraphs = [p for p in instructions.split("\n\n") if p.strip()]
+    assert len(set(paragraphs)) == len(paragraphs)
+    assert "# Editing files" in system and "write_file" in system and "old_string" in system
+
+
+def test_tools_are_openai_function_definitions() -> None:
+    tools = build_session("mixed", 0).tools
+    names = [t["function"]["name"] for t in tools]
+    assert names == ["read_file", "write_file", "edit", "grep", "list_files", "run_shell"]
+    for tool in tools:
+        assert tool["type"] == "function"
+        params = tool["function"]["parameters"]
+        assert params["type"] == "object" and set(params["required"]) <= set(params["properties"])
+    brief = build_session("mixed", 0, system_tokens=300).tools
+    assert len(json.dumps(brief)) < len(json.dumps(tools))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_repository_files_look_like_real_code(seed: int) -> None:
+    files, description = build_repository(seed)
+    assert description and len(files) >= 10
+    assert any(p.endswith(".py") for p in files) and any(p.endswith(".js") for p in files)
+    for path, text in files.items():
+        assert 60 <= text.count("\n") <= 200, path
+        assert "<<" not in text, path
+        if path.endswith(".py"):
+            ast.parse(text)
+
+
+def test_shapes_ask_for_their_kinds_of_turns() -> None:
+    kinds = {
+        shape: Counter(
+            k for s in build_sessions(shape, 4, turns=12) for t in s.tasks for k in t.kinds
+        )
+        for shape in SHAPES
+    }
+    edits = {shape: c["write"] + c["edit"] for shape, c in kinds.items()}
+    assert edits["explain"] == 0 and kinds["explain"]["explain"] > kinds["explain"]["read"]
+    assert edits["edit-heavy"] > kinds["edit-heavy"]["explain"] + kinds["edit-heavy"]["search"]
+    assert edits["mixed"] > 0 and kinds["mixed"]["explain"] > 0
+    for session in build_sessions("edit-heavy", 4):
+        read: set[str | None] = set()
+        for t in session.tasks:
+            if t.kinds == ("read",):
+                read.add(t.path)
+            elif t.kinds[0] in ("write", "edit"):
+                assert t.path in read  # an edit is of a file the conversation holds
+
+
+# --------------------------------------------------------------------------- replay
+
+
+def _call(name: str, arguments: dict[str, Any] | str, call_id: str = "c1") -> dict[str, Any]:
+    args = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
+
+
+def _answer(content: str | None = None, *calls: dict[str, Any]) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:
+        message["tool_calls"] = list(calls)
+    return message
+
+
+def _check_body(body: dict[str, Any], session: Session) -> None:
+    """A valid OpenAI chat body whose tool messages answer the calls before them."""
+    assert check_chat(body) is body
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert body["temperature"] == 0 and body["tool_choice"] == "auto"
+    assert body["max_tokens"] == MAX_TOKENS[session.kind]
+    messages = body["messages"]
+    assert messages[0]["role"] == "system" and messages[-1]["role"] in ("user", "tool")
+    pending: set[str] = set()
+    for m in messages[1:]:
+        assert m["role"] in ("user", "assistant", "tool")
+        if m["role"] == "tool":
+            pending.remove(m["tool_call_id"])
+        else:
+            assert not pending, "every tool call is answered before the next message"
+        if m["role"] == "assistant":
+            for call in m.get("tool_calls", []):
+                json.loads(call["function"]["arguments"])
+                pending.add(call["id"])
+
+
+def test_a_replay_appends_each_answer_and_its_tool_results() -> None:
+    session = build_session("edit-heavy", 0, turns=6)
+    assert session.headers == {"x-session-affinity": session.id}
+    first = session.tasks[0]
+    assert first.kinds == ("read",) and first.path is not None
+    original = session.workspace.files[first.path]
+
+    body = session.next_request("auto")
+    assert body is not None and body["model"] == "auto"
+    _check_body(body, session)
+    assert body["messages"][-1] == {"role": "user", "content": first.prompt}
+    assert session.observe(_answer(None, _call("read_file", {"path": first.path}))) == ["read_file"]
+    assert session.messages[-2]["tool_calls"][0]["function"]["name"] == "read_file"
+    assert session.messages[-1] == {"role": "tool", "tool_call_id": "c1", "content": original}
+
+    # The next task starts with its instruction, after the tool result.
+    body = session.next_request("plain")
+    assert body is not None
+    _check_body(body, session)
+    assert body["messages"][-1]["content"] == session.tasks[1].prompt
+    assert body["messages"][-2]["role"] == "tool"
+
+
+def test_writes_and_edits_change_the_files_later_reads_see() -> None:
+    session = build_session("edit-heavy", 0, turns=8)
+    path = next(iter(session.workspace.files))
+    run = session.workspace.run
+    assert run("write_file", {"path": f"./{path}", "content": "a = 1\nb = 2\n"}).startswith(
+        f"ok: wrote {path} (2 lines;"
+    )
+    assert run("read_file", {"path": path}) == "a = 1\nb = 2\n"
+    assert run("edit", {"path": path, "old_string": "b = 2", "new_string": "b = 3"}).startswith(
+        "ok"
+    )
+    assert run("read_file", {"path": path, "offset": 2, "limit": 1}) == "b = 3\n"
+    assert "not found" in run("edit", {"path": path, "old_string": "zzz", "new_string": "y"})
+    run("write_file", {"path": path, "content": "x\nx\n"})
+    assert "occurs 2 times" in run("edit", {"path": path, "old_string": "x", "new_string": "y"})
+    assert "file not found" in run("read_file", {"path": "nope.py"})
+    assert "unknown tool" in run("browse", {})
+    assert "bad arguments" in run("read_file", {})
+
+
+def test_grep_returns_path_line_text_hits() -> None:
+    session = build_session("mixed", 0)
+    name = next(p for p in session.workspace.files if "/services/" in p)
+    hits = session.workspace.run("grep", {"pattern": "def page\\(", "include": "*.py"})
+    assert any(h.startswith(f"{name}:") and "def page(" in h for h in hits.splitlines())
+    everything = session.workspace.run("grep", {"pattern": "import", "path": "."})
+    assert everything.count("\n") >= 20
+    assert session.workspace.run("grep", {"pattern": "no_such_name_anywhere"}) == (
+        "No matches found."
+    )
+
+
+def test_a_text_answer_ends_the_task_and_a_session_ends_after_its_turns() -> None:
+    session = build_session("explain", 0, turns=3)
+    for _ in range(3):
+        body = session.next_request()
+        assert body is not None
+        _check_body(body, session)
+        assert session.observe(_answer("It validates the input.")) == []
+    assert session.next_request() is None and session.done
+    users = [m["content"] for m in session.messages if m["role"] == "user"]
+    assert users == [t.prompt for t in session.tasks[:3]]
+
+
+def test_a_call_of_another_tool_keeps_the_step_once() -> None:
+    session = build_session("edit-heavy", 0, turns=12)
+    write = next(i for i, t in enumerate(session.tasks) if t.kinds == ("write",))
+    for _ in range(write):
+        session.next_request()
+        session.observe(_answer("ok"))
+    path = session.tasks[write].path
+    assert path is not None
+    session.next_request()
+    assert session.kind == "write"
+    # Reading the file again before rewriting it: the model gets to write next.
+    session.observe(_answer(None, _call("read_file", {"path": path})))
+    assert session.kind == "write" and session.next_request() is not None
+    assert session.messages[-1]["role"] == "tool"
+    session.observe(_answer(None, _call("write_file", {"path": path, "content": "x = 1\n"})))
+    assert session.workspace.files[path] == "x = 1\n"
+    assert session.kind != "write" or session.tasks[write + 1].kinds == ("write",)
+
+
+def test_a_tool_call_cut_by_max_tokens_is_closed_so_the_next_turn_parses() -> None:
+    cut = '{"path": "a.py", "content": "import os\\nde'
+    assert json.loads(repair_arguments(cut)) == {"path": "a.py", "content": "import os\nde"}
+    assert json.loads(repair_arguments('{"path": "a.py", "content"')) == {"path": "a.py"}
+    assert json.loads(repair_arguments('{"a": "x\\')) == {"a": "x"}
+    assert repair_arguments("") == "{}"
+    session = build_session("edit-heavy", 0)
+    session.next_request()
+    session.observe(_answer(None, _call("write_file", cut)), "length")
+    sent = session.messages[-2]["tool_calls"][0]["function"]["arguments"]
+    assert json.loads(sent)["content"] == "import os\nde"
+
+
+def test_tool_calls_written_as_text_are_run_and_answered_as_tool_responses() -> None:
+    text = '<tools>\n{"name": "read_file", "arguments": {"path": "x.py"}}\n</tools>'
+    assert text_tool_calls(text) == [("read_file", '{"path": "x.py"}')]
+    assert text_tool_calls(
+        '```json\n{"name": "write_file", "arguments": {"path": "a", "content": "b'
+    ) == [("write_file", '{"path": "a", "content": "b"}')]
+    # Not one of the tools: an answer, not a call.
+    assert text_tool_calls('{"name": "x.py", "arguments": {"command": "read_file"}}') == []
+
+    session = build_session("edit-heavy", 0)
+    path = session.tasks[0].path
+    assert path is not None
+    session.next_request()
+    written = f'<tools>\n{{"name": "read_file", "arguments": {{"path": "{path}"}}}}\n</tools>'
+    assert session.observe(_answer(written)) == ["read_file"] and session.last_style == "text"
+    assert session.messages[-2] == {"role": "assistant", "content": written}
+    assert session.messages[-1]["role"] == "user"
+    assert session.messages[-1]["content"] == (
+        f"<tool_response>\n{session.workspace.files[path]}\n</tool_response>"
+    )
+    off = build_session("edit-heavy", 0)
+    off.text_tools = False
+    off.next_request()
+    assert off.observe(_answer(written)) == []
+
+
+def test_a_stream_is_put_back_together_in_whatever_chunks_it_arrives() -> None:
+    events = [
+        {"choices": [{"index": 0, "delta": {"role": "assistant", "content": None}}]},
+        {"choices": [{"index": 0, "delta": {"content": "Reading it."}}]},
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": "call_1",
+                                "type": "function",
+                                "function": {"name": "read_file", "arguments": '{"pa'},
+                            }
+                        ]
+                    },
+                }
+            ]
+        },
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"tool_calls": [{"index": 0, "function": {"arguments": 'th": "a"}'}}]},
+                }
+            ]
+        },
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+        {"choices": [], "usage": {}, "timings": {"prompt_n": 5, "cache_n": 95, "predicted_n": 9}},
+    ]
+    raw = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
+    raw += b"data: [DONE]\n\n"
+    stream = AnswerStream()
+    for i in range(0, len(raw), 7):
+        stream.feed(raw[i : i + 7], at_s=i / 100)
+    assert stream.done and stream.finish_reason == "tool_calls"
+    assert stream.first_token_s is not None and stream.first_token_s > 0
+    assert stream.timings["cache_n"] == 95
+    assert stream.message == {
+        "role": "assistant",
+        "content": "Reading it.",
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "read_file", "arguments": '{"path": "a"}'},
+            }
+        ],
+    }
+
+
+# --------------------------------------------------------------------------- the benchmark
+
+
+def _row(mode: str, session: str, turn: int, seconds: float, **extra: Any) -> dict[str, Any]:
+    row = {
+        "mode": mode,
+        "shape": "mixed",
+        "session": session,
+        "turn": turn,
+        "kind": "read",
+        "error": None,
+        "seconds": seconds,
+        "ttft_s": seconds / 2,
+        "prompt_n": 100,
+        "cache_n": 300,
+        "predicted_n": 50,
+        "predicted_per_second": 25.0,
+        "backend": None,
+        "route": None,
+        "answer": f"{session}:{turn}",
+        "tools_called": [],
+        "tool_style": None,
+    }
+    return {**row, **extra}
+
+
+def test_bootstrap_intervals_bracket_the_estimate() -> None:
+    assert bootstrap_interval([4.0, 4.0, 4.0]) == (4.0, 4.0)
+    low, high = bootstrap_interval([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    assert 1.0 <= low < 3.5 < high <= 6.0
+    same = {"a": 10.0, "b": 20.0}
+    assert ratio_interval(same, same) == (1.0, 1.0, 1.0)
+    faster = ratio_interval({"a": 8.0, "b": 16.0, "c": 4.0}, {"a": 10.0, "b": 20.0, "c": 5.0})
+    assert faster is not None and faster == pytest.approx((0.8, 0.8, 0.8))
+    mixed = ratio_interval({"a": 5.0, "b": 30.0}, {"a": 10.0, "b": 20.0})
+    assert mixed is not None and mixed[1] < mixed[0] < mixed[2]
+    assert ratio_interval({"a": 1.0}, {"b": 1.0}) is None
+
+
+def test_summaries_count_complete_sessions_and_prompt_cache() -> None:
+    rows = [
+        _row("plain", "s0", 0, 2.0),
+        _row("plain", "s0", 1, 3.0, cache_n=100, prompt_n=0),
+        _row("plain", "s1", 0, 4.0),
+        _row("plain", "s1", 1, 1.0, error="HTTP 500: boom"),
+    ]
+    s = summarise(rows, "plain", "mixed")
+    assert s.session_s == {"s0": 5.0} and s.failed_sessions == 1 and s.failed_turns == 1
+    assert s.cached_share == pytest.approx(700 / 900)  # the failed turn has no timings
+    assert s.decode_tps == pytest.approx(25.0)
+    assert s.ttft_p50_s == pytest.approx(1.5)
+
+
+def test_the_table_compares_every_mode_with_bare_llama_server_and_the_best_pinned() -> None:
+    rows = []
+    for session, base in (("s0", 10.0), ("s1", 20.0), ("s2", 15.0)):
+        rows.append(_row(BARE, session, 0, base))
+        rows.append(_row("plain", session, 0, base * 1.1, backend="plain", route="pinned"))
+        rows.append(
+            _row("ngram", session, 0, base * 0.8, backend="ngram", route="pinned", predicted_n=60)
+        )
+        rows.append(
+            _row("auto", session, 0, base * 0.9, backend="ngram", route="fastest")
+            | ({"answer": "different"} if session == "s2" else {})
+        )
+    report = markdown(rows, ["auto", "plain", "ngram", BARE], ["mixed"])
+    lines = {line.split(" | ")[0].lstrip("| "): line for line in report.splitlines()}
+    assert "| 0.80 (0.80-0.80) | 1.00 (1.00-1.00) | 3/3 |" in lines["ngram"]
+    assert "| 1.10 (1.10-1.10) | 1.38 (1.38-1.38) |" in lines["plain"]
+    assert "| 0.90 (0.90-0.90) | 1.12 (1.12-1.12) | 2/3 | ngram:3 | fastest:3 |" in lines["auto"]
+    assert lines[BARE].startswith(f"| {BARE} | 3 | 15.0 (")
+    assert "- best pinned backend: ngram" in report
+    assert agreement(summarise(rows, "auto", "mixed"), summarise(rows, BARE, "mixed")) == (2, 3)
+
+
+# --------------------------------------------------------------------------- the sweep's rows
+
+
+def _turn(session: str, turn: int, start: float, end: float, **extra: Any) -> TurnSample:
+    fields: dict[str, Any] = {
+        "outcome": "ok",
+        "backend": "plain",
+        "tokens": 10,
+        "tokens_per_s": 20.0,
+        "prompt_n": 50,
+        "cache_n": 150,
+    }
+    return TurnSample(
+        start=start,
+        task="agent-mixed",
+        model="plain",
+        stream=True,
+        end=end,
+        session=session,
+        turn=turn,
+        **(fields | extra),
+    )
+
+
+def test_agent_cells_report_sessions_and_cached_share(tmp_path: Path) -> None:
+    samples = [
+        _turn("a", 0, 0.0, 4.0),
+        _turn("a", 1, 4.0, 6.0),
+        _turn("b", 0, 0.0, 5.0),
+        _turn("b", 1, 5.0, 9.0, outcome="cut"),
+    ]
+    agent = agent_summary(samples, turns=2)
+    assert (agent.sessions, agent.complete, agent.turns, agent.session_s) == (2, 1, 4, 6.0)
+    assert agent.cached_share == cached_share(samples[:3]) == 0.75
+    cells = [
+        Cell("agent-mixed", "plain", 1, _summary(10.0), agent),
+        Cell("agent-mixed", "ngram", 1, _summary(12.0), agent_summary(samples[:2], turns=2)),
+    ]
+    lines = agent_lines(cells, "agent-mixed", ["plain", "ngram"], "plain")
+    assert "| plain | 6 s (1/2), TTFT - s, 75% |" in lines
+    assert "- ngram: session time ×1.00 at 1 of plain's" in lines
+    write_csv(tmp_path / "results.csv", cells)
+    header, first, _ = (tmp_path / "results.csv").read_text().splitlines()
+    assert header.endswith(",sessions,session_s,cached_share") and first.endswith(",2,6.00,0.750")
+
+
+# --------------------------------------------------------------------------- a real run
+
+
+def test_agent_session_users_replay_their_sessions_on_the_proxy(
+    proxy: RunningProxy, tmp_path: Path
+) -> None:
+    results = tmp_path / "turns.jsonl"
+    stats = tmp_path / "stats"
+    command = [
+        *LOCUST, "-u", "2", "-r", "2", "-t", "300s", "--host", proxy.url, "--only-summary",
+        "--json-file", str(stats), "AgentSessionUser", "--model", "plain",
+        "--session-shape", "mixed", "--session-turns", "3", "--sessions-per-user", "1",
+        # The test backends hold 2,048 tokens: a short prompt, short answers.
+        "--system-tokens", "150", "--session-max-tokens", "16", "--results-file", str(results),
+    ]  # fmt: skip
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    samples = [json.loads(line) for line in results.read_text().splitlines()]
+    assert len(samples) == 6, samples
+    by_session: dict[str, list[dict[str, Any]]] = {}
+    for s in samples:
+        assert s["outcome"] == "ok" and s["backend"] == "plain" and s["route"] == "pinned", s
+        assert s["task"] == "agent-mixed" and 0 < s["tokens"] <= 16 and s["ttft_s"] > 0
+        by_session.setdefault(s["session"], []).append(s)
+    assert sorted(by_session) == ["mixed-s0-0", "mixed-s0-1"]
+    for turns in by_session.values():
+        assert [t["turn"] for t in turns] == [0, 1, 2]
+        # Each later turn resends the conversation: the backend has most of it cached.
+        assert all(t["cache_n"] > 0 for t in turns[1:]), turns
+    rows = {(r["method"], r["name"]) for r in json.loads((tmp_path / "stats.json").read_text())}
+    assert {("POST", "chat:agent-mixed"), ("METRIC", "cached:agent-mixed:plain")} <= rows
+    assert "2 agent sessions" in run.stderr
