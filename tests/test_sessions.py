@@ -6,11 +6,14 @@ import ast
 import json
 import os
 import subprocess
+import threading
 from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
+import requests
 
 from loadtests.report import Cell, agent_lines, agent_summary, write_csv
 from loadtests.sessions import (
@@ -25,6 +28,7 @@ from loadtests.sessions import (
     cached_share,
     estimate_tokens,
     repair_arguments,
+    send_turn,
     text_tool_calls,
 )
 from proxy.api.validation import check_chat
@@ -166,6 +170,7 @@ def test_a_replay_appends_each_answer_and_its_tool_results() -> None:
     assert body is not None and body["model"] == "auto"
     _check_body(body, session)
     assert body["messages"][-1] == {"role": "user", "content": first.prompt}
+    assert session.next_request("auto") == body  # asking again sends the same turn
     assert session.observe(_answer(None, _call("read_file", {"path": first.path}))) == ["read_file"]
     assert session.messages[-2]["tool_calls"][0]["function"]["name"] == "read_file"
     assert session.messages[-1] == {"role": "tool", "tool_call_id": "c1", "content": original}
@@ -331,6 +336,77 @@ def test_a_stream_is_put_back_together_in_whatever_chunks_it_arrives() -> None:
             }
         ],
     }
+
+
+class _CannedStream(BaseHTTPRequestHandler):
+    """Answers every chat request with one streamed read_file call, as a proxy would."""
+
+    bodies: ClassVar[list[dict[str, Any]]] = []
+    headers_seen: ClassVar[list[str | None]] = []
+
+    def do_POST(self) -> None:
+        self.bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        self.headers_seen.append(self.headers.get("x-session-affinity"))
+        words = self.bodies[-1]["messages"][-1]["content"].split()
+        path = next(w for w in words if "/" in w).rstrip(";.")
+        call = {"index": 0, "id": "call_9", "type": "function"}
+        call["function"] = {"name": "read_file", "arguments": json.dumps({"path": path})}
+        events = [
+            {"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]},
+            {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+            {
+                "choices": [],
+                "timings": {
+                    "prompt_n": 40,
+                    "cache_n": 60,
+                    "predicted_n": 12,
+                    "predicted_per_second": 30.0,
+                    "prompt_per_second": 200.0,
+                },
+            },
+        ]
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("X-Specproxy-Backend", "ngram")
+        self.send_header("X-Specproxy-Route", "fastest")
+        self.end_headers()
+        for event in events:
+            self.wfile.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+        self.wfile.write(b"data: [DONE]\n\n")
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+
+def test_send_turn_measures_a_streamed_turn_and_appends_its_answer() -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _CannedStream)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        session = build_session("edit-heavy", 0, turns=1)
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        with requests.Session() as http:
+            result = send_turn(http, url, session, "auto")
+            assert send_turn(http, url, session, "auto") is None  # one turn asked
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result is not None and result.ok, result
+    assert (result.backend, result.route, result.finish_reason) == (
+        "ngram",
+        "fastest",
+        "tool_calls",
+    )
+    assert (result.prompt_n, result.cache_n, result.predicted_n) == (40, 60, 12)
+    assert result.predicted_per_second == 30.0 and result.prompt_per_second == 200.0
+    assert result.ttft_s is not None and 0 < result.ttft_s <= result.seconds
+    assert result.tools_called == ["read_file"] and result.tool_style == "call"
+    assert _CannedStream.headers_seen[-1] == session.id
+    assert _CannedStream.bodies[-1]["max_tokens"] == MAX_TOKENS["read"]
+    assert (
+        session.messages[-1]["role"] == "tool" and session.messages[-1]["tool_call_id"] == "call_9"
+    )
+    assert session.messages[-1]["content"] == session.workspace.files[session.tasks[0].path or ""]
 
 
 # --------------------------------------------------------------------------- the benchmark
