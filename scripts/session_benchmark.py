@@ -513,7 +513,11 @@ def main(argv: list[str] | None = None) -> int:
     # A SIGTERM runs the finally blocks too, so the bare llama-server never outlives the script.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.report_only:
-        rows = [json.loads(line) for line in (args.out / "turns.jsonl").read_text().splitlines()]
+        turns = args.out / "turns.jsonl"
+        if not turns.is_file():
+            log(f"{turns} does not exist; run the benchmark with --out {args.out} first")
+            return 2
+        rows = [json.loads(line) for line in turns.read_text().splitlines() if line]
     else:
         try:
             rows = run(args)
