@@ -2834,6 +2834,8 @@ class TurnResult:
     error: str | None = None
     backend: str | None = None
     route: str | None = None
+    # The class the proxy gave the turn (X-Specproxy-Task): what routing expected it to be.
+    task: str | None = None
     seconds: float = 0.0
     ttft_s: float | None = None
     finish_reason: str | None = None
@@ -2932,6 +2934,7 @@ def _post(
         result.status = resp.status_code
         result.backend = resp.headers.get("X-Specproxy-Backend")
         result.route = resp.headers.get("X-Specproxy-Route")
+        result.task = resp.headers.get("X-Specproxy-Task")
         if resp.status_code != 200:
             result.error = f"HTTP {resp.status_code}: {resp.text[:300]}"
             return

@@ -273,7 +273,36 @@ def markdown(rows: Sequence[Row], modes: Sequence[str], shapes: Sequence[str]) -
                 notes.append(f"{s.mode}: {s.failed_turns} failed turns, first: `{first[:160]}`")
         if notes:
             out += ["", *(f"- {n}" for n in notes)]
+    out += classes(rows)
     return "\n".join(out) + "\n"
+
+
+_EDIT_TOOLS = ("write_file", "edit")
+
+
+def classes(rows: Sequence[Row]) -> list[str]:
+    """How the proxy classed each turn (X-Specproxy-Task) against what the answer really was:
+    an edit (a write_file or edit call, which copies the file: echo-shaped) or not."""
+    counts: Counter[tuple[str, str]] = Counter()
+    for r in rows:
+        if r.get("task") and r.get("status") == 200:
+            edit = any(t in _EDIT_TOOLS for t in r.get("tools_called") or [])
+            counts[("edit" if edit else "other", str(r["task"]))] += 1
+    if not counts:
+        return []
+    tasks = sorted({t for _, t in counts})
+    out = [
+        "",
+        "## How the proxy classed the turns",
+        "",
+        "Every turn the proxy served (auto and pinned), by what the answer really was.",
+        "",
+        "| answer | " + " | ".join(tasks) + " |",
+        "| --- |" + " ---: |" * len(tasks),
+    ]
+    for kind in ("edit", "other"):
+        out.append(f"| {kind} | " + " | ".join(str(counts[(kind, t)]) for t in tasks) + " |")
+    return out
 
 
 # --------------------------------------------------------------------------- the modes

@@ -68,6 +68,18 @@ def test_anthropic_and_responses_shapes_read_alike() -> None:
     assert next_answer_class(responses) == "echo"
 
 
+def test_qwen_template_turns_read_alike() -> None:
+    # Small Qwen models write calls as text; results come back as <tool_response> user turns.
+    text_call = '<tools>{"name": "read_file", "arguments": {"path": "app.py"}}</tools>'
+    turns = openai_turns("rename compute in app.py", {"role": "assistant", "content": text_call})
+    turns.append({"role": "user", "content": f"<tool_response>\n{FILE}\n</tool_response>"})
+    assert next_answer_class(turns) == "echo"
+    written = '<tool_call>{"name": "write_file", "arguments": {"content": "x"}}</tool_call>'
+    turns += [{"role": "assistant", "content": written}]
+    turns.append({"role": "user", "content": "<tool_response>\nok\n</tool_response>"})
+    assert next_answer_class(turns) == "code"
+
+
 def test_the_classifier_routes_agent_turns_through_it() -> None:
     classifier = TaskClassifier()
     body = {"messages": openai_turns("rename x in app.py", call("read_file"), result(FILE))}

@@ -31,6 +31,10 @@ _CHANGE_WORDS = re.compile(
     r"convert|insert|move|make|use|turn|implement|extract|inline|swap|correct|adjust)\b",
     re.IGNORECASE,
 )
+# Qwen's chat template shows tool results as a user turn of <tool_response> blocks, and small
+# Qwen models write their calls as text in <tool_call> or <tools> tags: the same turns.
+_TEXT_RESULT = re.compile(r"^\s*<tool_response>", re.IGNORECASE)
+_TEXT_CALL = re.compile(r"<(?:tool_call|tools)>\s*(\{.*?)\s*</(?:tool_call|tools)>", re.DOTALL)
 _FAILED = re.compile(r"\b(error|not found|failed|no match|did not match|unable)\b", re.IGNORECASE)
 
 
@@ -95,8 +99,18 @@ def _steps(message: Mapping[str, Any]) -> Iterator[_Step]:
                 if isinstance(block, Mapping) and block.get("type") == "tool_use":
                     edit = _is_edit(block.get("name"), block.get("input"))
                     yield _Step("edit" if edit else "call")
-        if _text(content).strip():
-            yield _Step("text", _text(content))
+        text = _text(content)
+        calls = _TEXT_CALL.findall(text)
+        for raw in calls:
+            try:
+                call = json.loads(raw)
+            except ValueError:
+                call = {}
+            name = call.get("name") if isinstance(call, Mapping) else None
+            args = call.get("arguments") if isinstance(call, Mapping) else None
+            yield _Step("edit" if _is_edit(name, args) else "call")
+        if text.strip() and not calls:
+            yield _Step("text", text)
         return
     if role == "user" and isinstance(content, list):
         results = [b for b in content if isinstance(b, Mapping) and b.get("type") == "tool_result"]
@@ -105,7 +119,8 @@ def _steps(message: Mapping[str, Any]) -> Iterator[_Step]:
         if results:
             return
     if role == "user":
-        yield _Step("instruction", _text(content))
+        text = _text(content)
+        yield _Step("result" if _TEXT_RESULT.match(text) else "instruction", text)
 
 
 def next_answer_class(messages: Sequence[Any]) -> TaskClass:
