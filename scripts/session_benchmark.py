@@ -403,6 +403,16 @@ class BareServer:
         log(f"starting {' '.join(self.argv)}")
         with self.log_path.open("ab") as out:
             self.process = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            self._wait_ready()
+        except BaseException:
+            # Interrupted while it loads (Ctrl-C, SIGTERM) or never ready: it goes too.
+            self.__exit__()
+            raise
+        return self
+
+    def _wait_ready(self) -> None:
+        assert self.process is not None
         deadline = time.monotonic() + 900
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -410,11 +420,10 @@ class BareServer:
                 raise SystemExit(f"llama-server exited with {self.process.returncode}:\n{tail}")
             try:
                 if requests.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return self
+                    return
             except requests.RequestException:
                 pass
             time.sleep(0.5)
-        self.__exit__()
         raise SystemExit(f"llama-server was not ready in 900 s; see {self.log_path}")
 
     def __exit__(self, *_: object) -> None:
