@@ -8,12 +8,15 @@ in turn, one session at a time:
 - each of its backends pinned through the proxy (model = the backend's name);
 - ``llama-server``: the same llama-server binary and target GGUF the proxy uses, started here the
   way a user would (``-m``, ``--port``, ``-c``, ``-t``; ``-ngl`` only when the config offloads) and
-  stopped at the end of its mode.
+  stopped after each session.
 
-Before each proxy mode every backend is restarted through ``POST /admin/backends/{name}/restart``
-and the bare server is started fresh, so every mode begins with empty prompt caches and an n-gram
-backend that remembers nothing. Every turn is streamed (time to first token; llama.cpp's timings
-come in the last chunk). Per mode and shape it reports session wall time (mean, 95 % bootstrap
+Session by session, every mode replays it in turn (the order rotating from one session to the
+next), so a machine whose speed drifts over minutes shifts every mode alike and the ratios are
+paired. Before each session in a proxy mode every backend is restarted through
+``POST /admin/backends/{name}/restart``, and the bare server is started fresh, so every mode
+begins with empty prompt caches and an n-gram backend that remembers nothing; the proxy's
+scoreboard, like a running proxy's, keeps what it measured. Every turn is streamed (time to
+first token; llama.cpp's timings come in the last chunk). Per mode and shape it reports session wall time (mean, 95 % bootstrap
 interval over sessions), median time to first token, decode tokens/s, the share of prompt tokens
 served from cache, what auto chose, and each mode's session time relative to bare llama-server's
 and to the best pinned backend's, with paired bootstrap intervals. The modes serve one model at
@@ -54,7 +57,7 @@ from loadtests.sessions import (  # noqa: E402
     DEFAULT_SYSTEM_TOKENS,
     DEFAULT_TURNS,
     SHAPES,
-    Shape,
+    Session,
     build_sessions,
     send_turn,
 )
@@ -441,36 +444,37 @@ class BareServer:
 def replay(
     url: str,
     mode: str,
-    shapes: Sequence[Shape],
+    session: Session,
+    label: str,
     args: argparse.Namespace,
     headers: dict[str, str],
 ) -> Iterator[Row]:
-    """Every session of every shape through one mode, one turn at a time."""
+    """One session through one mode, one turn at a time."""
     model = AUTO if mode == BARE else mode
-    for shape in shapes:
-        sessions = build_sessions(shape, args.sessions, args.seed, args.system_tokens, args.turns)
-        for i, session in enumerate(sessions, 1):
-            with requests.Session() as http:
-                http.headers.update(headers)
-                while (result := send_turn(http, url, session, model, args.timeout)) is not None:
-                    what = ",".join(result.tools_called) or "text"
-                    log(
-                        f"[{mode}] {shape} {i}/{len(sessions)} turn {result.turn + 1}/"
-                        f"{args.turns} {result.kind}: {result.seconds:.1f} s (TTFT "
-                        f"{_seconds(result.ttft_s)}), {result.prompt_n}+{result.cache_n} "
-                        f"prompt, {result.predicted_n} tokens, {what}"
-                        + (f", {result.backend}/{result.route}" if result.backend else "")
-                        + (f" -- {result.error}" if result.error else "")
-                    )
-                    yield {"mode": mode, **asdict(result)}
+    with requests.Session() as http:
+        http.headers.update(headers)
+        while (result := send_turn(http, url, session, model, args.timeout)) is not None:
+            what = ",".join(result.tools_called) or "text"
+            log(
+                f"[{mode}] {label} turn {result.turn + 1}/{args.turns} {result.kind}: "
+                f"{result.seconds:.1f} s (TTFT {_seconds(result.ttft_s)}), {result.prompt_n}+"
+                f"{result.cache_n} prompt, {result.predicted_n} tokens, {what}"
+                + (f", {result.backend}/{result.route}" if result.backend else "")
+                + (f" -- {result.error}" if result.error else "")
+            )
+            yield {"mode": mode, **asdict(result)}
 
 
 def run(args: argparse.Namespace) -> list[Row]:
-    """Each mode in turn, restarted fresh; every turn is appended to <out>/turns.jsonl."""
+    """Session by session, every mode in turn from empty caches; every turn is appended to
+    <out>/turns.jsonl.
+
+    Modes are interleaved, not run one after another: this machine's speed drifts over
+    minutes, and a mode run half an hour after another would be compared on another machine.
+    Each session's modes start one place later in the order, so none always goes first.
+    """
     headers = _auth(args.api_key)
     backends = proxy_backends(args.proxy, args.api_key)
-    # The reference first; auto last, once pinned traffic has fed the router's scoreboard on
-    # these sessions' turns, as the load-test sweep orders it.
     modes = args.modes or [BARE, *backends, AUTO]
     unknown = [m for m in modes if m not in (AUTO, BARE, *backends)]
     if unknown:
@@ -478,24 +482,35 @@ def run(args: argparse.Namespace) -> list[Row]:
     args.out.mkdir(parents=True, exist_ok=True)
     turns_path = args.out / "turns.jsonl"
     rows: list[Row] = []
+    plan = [
+        (shape, i, session)
+        for shape in args.shapes
+        for i, session in enumerate(
+            build_sessions(shape, args.sessions, args.seed, args.system_tokens, args.turns), 1
+        )
+    ]
     with turns_path.open("w") as sink:
-        for n, mode in enumerate(modes, 1):
-            log(f"mode {n}/{len(modes)}: {mode}")
-            if mode == BARE:
-                port = _free_port()
-                argv = bare_command(args.config, args.ctx, port)
-                with BareServer(argv, port, args.out / "llama-server.log") as server:
-                    for row in replay(server.url, mode, args.shapes, args, {}):
-                        rows.append(row)
-                        sink.write(json.dumps(row) + "\n")
-                        sink.flush()
-                continue
-            failed = restart_backends(args.proxy, backends, args.api_key)
-            if failed:
-                log(f"NOT restarted before {mode}: {', '.join(failed)} (caches may be warm)")
-            for row in replay(args.proxy, mode, args.shapes, args, headers):
-                rows.append(row)
-                sink.write(json.dumps(row) + "\n")
+        for k, (shape, i, _) in enumerate(plan):
+            order = modes[k % len(modes) :] + modes[: k % len(modes)]
+            for mode in order:
+                # A fresh copy of the session for each mode: the same script, its own answers.
+                session = build_sessions(
+                    shape, args.sessions, args.seed, args.system_tokens, args.turns
+                )[i - 1]
+                label = f"{shape} {i}/{args.sessions}"
+                if mode == BARE:
+                    port = _free_port()
+                    argv = bare_command(args.config, args.ctx, port)
+                    with BareServer(argv, port, args.out / "llama-server.log") as server:
+                        turns = list(replay(server.url, mode, session, label, args, {}))
+                else:
+                    failed = restart_backends(args.proxy, backends, args.api_key)
+                    if failed:
+                        log(f"NOT restarted before {mode}: {', '.join(failed)} (caches warm)")
+                    turns = list(replay(args.proxy, mode, session, label, args, headers))
+                for row in turns:
+                    rows.append(row)
+                    sink.write(json.dumps(row) + "\n")
                 sink.flush()
     return rows
 

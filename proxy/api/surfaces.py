@@ -100,7 +100,8 @@ class Surface:
     stream_progress: bool = False
     # What the body becomes on its way to llama-server, where a client's shape needs it.
     upstream: Callable[[dict[str, Any]], dict[str, Any]] = _same
-    # Whether llama-server reads `id_slot` here: b11434 drops it from Anthropic bodies.
+    # Whether llama-server reads `id_slot` here: b11434 drops it from Anthropic bodies, and
+    # embeddings take any free slot.
     places_slot: bool = True
 
     @property
@@ -159,7 +160,7 @@ SURFACES: tuple[Surface, ...] = (
         wire=_INPUT_ONLY,
         uses_slot=False,
     ),
-    Surface("/v1/embeddings", "embeddings", v.check_embeddings),
+    Surface("/v1/embeddings", "embeddings", v.check_embeddings, places_slot=False),
     Surface(
         "/v1/chat/completions/input_tokens",
         "chat-input-tokens",
