@@ -16,7 +16,8 @@ paired. Before each session in a proxy mode every backend is restarted through
 ``POST /admin/backends/{name}/restart``, and the bare server is started fresh, so every mode
 begins with empty prompt caches and an n-gram backend that remembers nothing; the proxy's
 scoreboard, like a running proxy's, keeps what it measured. Every turn is streamed (time to
-first token; llama.cpp's timings come in the last chunk). Per mode and shape it reports session wall time (mean, 95 % bootstrap
+first token; llama.cpp's timings come in the last chunk). Per mode and shape it reports session
+wall time (mean, 95 % bootstrap
 interval over sessions), median time to first token, decode tokens/s, the share of prompt tokens
 served from cache, what auto chose, and each mode's session time relative to bare llama-server's
 and to the best pinned backend's, with paired bootstrap intervals. The modes serve one model at
