@@ -210,11 +210,16 @@ def test_an_agent_sessions_first_turn_is_placed_for_the_whole_session() -> None:
     backends = shared(Backend("plain"), Backend("ngram", "ngram-mod"))
     lone = policy.choose("code", backends, RequestCost(prompt_tokens=6000))
     assert lone is not None and lone.backend == "plain"
-    first = policy.choose("code", backends, RequestCost(prompt_tokens=6000, agent=True))
+    change = RequestCost(prompt_tokens=6000, agent="change")
+    first = policy.choose("code", backends, change)
     assert first is not None and first.backend == "ngram"
-    # Measured agent answers set the mix: sessions of tool calls only stay where those win.
+    # A session that asks a question, or one of tool calls, has no edits to win.
+    for intent in ("question", "other"):
+        asked = policy.choose("code", backends, RequestCost(prompt_tokens=6000, agent=intent))
+        assert asked is not None and asked.backend == "plain", intent
+    # Measured agent answers set the mix: change sessions of tool calls only stay where those win.
     for _ in range(20):
-        board.record(Outcome("plain", "code", 1, 10.0, 1.0, 40, 0, 0, agent=True))
-    assert board.agent_mix() == {"code": 1.0}
-    calls = policy.choose("code", backends, RequestCost(prompt_tokens=6000, agent=True))
+        board.record(Outcome("plain", "code", 1, 10.0, 1.0, 40, 0, 0, agent="change"))
+    assert board.agent_mix("change") == {"code": 1.0}
+    calls = policy.choose("code", backends, change)
     assert calls is not None and calls.backend == "plain"

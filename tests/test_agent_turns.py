@@ -8,7 +8,7 @@ import sys
 import time
 
 from proxy.backends.contention import CONTENDED_SHARE, CpuMeter
-from proxy.routing.agent_turns import next_answer_class
+from proxy.routing.agent_turns import next_answer_class, session_intent
 from proxy.routing.classifier import TaskClassifier
 
 FILE = "\n".join(f"    line_{i} = compute({i})" for i in range(40))
@@ -37,9 +37,10 @@ def test_a_change_asked_and_the_file_read_makes_an_edit_due() -> None:
     assert next_answer_class(read) == "echo"
     # Nothing read yet: the next answer is the read itself, a short tool call.
     assert next_answer_class(openai_turns("rename compute in app.py")) == "code"
-    # A question about the file is answered in prose or with more calls, not by an edit.
+    # A question about the file is answered in prose once it is read; first comes the read.
     explain = openai_turns("what does app.py do?", call("read_file"), result(FILE))
-    assert next_answer_class(explain) == "code"
+    assert next_answer_class(explain) == "prose"
+    assert next_answer_class(openai_turns("what does app.py do?")) == "code"
     # Once the edit is made and succeeded, the edit is done.
     edited = [*read, call("write_file", '{"path": "app.py", "content": "x"}'), result("ok")]
     assert next_answer_class(edited) == "code"
@@ -51,6 +52,15 @@ def test_a_change_asked_and_the_file_read_makes_an_edit_due() -> None:
     follow = [*edited, {"role": "assistant", "content": "Done."}]
     follow.append({"role": "user", "content": "now also add a docstring to evaluate"})
     assert next_answer_class(follow) == "echo"
+
+
+def test_a_sessions_intent_is_its_first_instruction() -> None:
+    assert session_intent(openai_turns("rename compute in app.py", result(FILE))) == "change"
+    assert session_intent(openai_turns("why does app.py crash on start?")) == "question"
+    assert session_intent(openai_turns("run the test suite")) == "other"
+    # A later instruction does not change what the session set out to do.
+    later = [*openai_turns("explain app.py"), {"role": "user", "content": "now fix it"}]
+    assert session_intent(later) == "question"
 
 
 def test_anthropic_and_responses_shapes_read_alike() -> None:

@@ -7,7 +7,7 @@ import functools
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +33,7 @@ from proxy.llamacpp import Timings
 from proxy.log import get_logger
 from proxy.measurement import Measurement
 from proxy.metrics import CONTENT_TYPE, RequestRecord
+from proxy.routing.agent_turns import session_intent
 from proxy.routing.policy import RequestCost, RoutableBackend
 from proxy.routing.prefixes import Cached, PromptPrefix, session_key
 from proxy.routing.router import NoBackendError, UnknownModelError, fim_outcome
@@ -106,8 +107,8 @@ class _Prompt:
 
     prefix: PromptPrefix
     session: str | None
-    # Whether the request offers tools: an agent's turn.
-    agent: bool = False
+    # For a request that offers tools (an agent's turn), what its session asks for.
+    agent: str | None = None
 
 
 def _finish(
@@ -136,7 +137,7 @@ def _finish(
         timings,
         measured.ttft_s,
         measured.contended,
-        agent=prompt is not None and prompt.agent,
+        agent=prompt.agent if prompt is not None else None,
     )
     if task == FIM_TASK:
         outcome = fim_outcome(outcome, timings)
@@ -263,6 +264,14 @@ async def _backends_that_fit(
     )
 
 
+def _agent_intent(view: Mapping[str, Any]) -> str | None:
+    """For an agent's turn (a request offering tools), what its session's first instruction asks."""
+    messages = view.get("messages")
+    if not view.get("tools") or not isinstance(messages, list):
+        return None
+    return session_intent(messages)
+
+
 def _choose(
     app: web.Application,
     model: str,
@@ -285,7 +294,7 @@ def _choose(
         cached={name: c.tokens for name, c in held.items()},
         max_tokens=budget,
         quiet=app[CPU].quiet_now(),
-        agent=prompt is not None and prompt.agent,
+        agent=prompt.agent if prompt is not None else None,
     )
     try:
         if task is None:
@@ -352,7 +361,7 @@ async def _serve(request: web.Request, surface: Surface, seen: RequestRecord) ->
         _Prompt(
             PromptPrefix.of(surface.upstream(body)),
             session_key(body, request.headers),
-            agent=bool(surface.view(body).get("tools")),
+            agent=_agent_intent(surface.view(body)),
         )
         if surface.generates
         else None

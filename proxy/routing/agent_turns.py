@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from proxy.tasks import TaskClass
 
@@ -35,6 +35,10 @@ _CHANGE_WORDS = re.compile(
 # Qwen models write their calls as text in <tool_call> or <tools> tags: the same turns.
 _TEXT_RESULT = re.compile(r"^\s*<tool_response>", re.IGNORECASE)
 _TEXT_CALL = re.compile(r"<(?:tool_call|tools)>\s*(\{.*?)\s*</(?:tool_call|tools)>", re.DOTALL)
+_QUESTION = re.compile(
+    r"\?|\b(explain|describe|why|what|how|where|which|summari[sz]e|tell me|walk me)\b",
+    re.IGNORECASE,
+)
 _FAILED = re.compile(r"\b(error|not found|failed|no match|did not match|unable)\b", re.IGNORECASE)
 
 
@@ -128,7 +132,8 @@ def next_answer_class(messages: Sequence[Any]) -> TaskClass:
 
     Due: the newest instruction asks for a change, a file's contents came back since (a read
     whose result is long), and no edit followed; or the last edit failed (it is retried with
-    the file in view). Anything else is a short tool call or new code: code.
+    the file in view). A question, once a tool result came back, is answered in prose. Anything
+    else is a short tool call or new code: code.
     """
     steps = [
         step for m in list(messages)[-_RECENT:] if isinstance(m, Mapping) for step in _steps(m)
@@ -138,6 +143,9 @@ def next_answer_class(messages: Sequence[Any]) -> TaskClass:
         return "code"
     since = steps[instruction + 1 :]
     asks_change = bool(_CHANGE_WORDS.search(steps[instruction].text))
+    if not asks_change and _QUESTION.search(steps[instruction].text):
+        # A question about the code, once something came back to answer it from: prose.
+        return "prose" if since and since[-1].kind == "result" else "code"
     if since and since[-1].kind == "result":
         edits = [i for i, s in enumerate(since) if s.kind == "edit"]
         if edits and edits[-1] == len(since) - 2 and _FAILED.search(since[-1].text[:400]):
@@ -151,3 +159,22 @@ def next_answer_class(messages: Sequence[Any]) -> TaskClass:
         if any(s.kind == "result" and len(s.text) >= _FILE_CHARS for s in earlier):
             return "echo"
     return "code"
+
+
+Intent = Literal["change", "question", "other"]
+
+
+def session_intent(messages: Sequence[Any]) -> Intent:
+    """What the session's first instruction asks for: a change, an answer, or something else.
+
+    It tells what the session's answers will mostly be (edits, prose, tool calls), which is
+    what its first turn is placed by: the session stays where it starts.
+    """
+    for m in messages:
+        if isinstance(m, Mapping):
+            for step in _steps(m):
+                if step.kind == "instruction":
+                    if _CHANGE_WORDS.search(step.text):
+                        return "change"
+                    return "question" if _QUESTION.search(step.text) else "other"
+    return "other"

@@ -50,10 +50,14 @@ AFFINITY_TOKENS = WORTH_FOLLOWING_TOKENS
 RECHECK_EVERY = 4
 # Prompt speed assumed for a backend none was measured for, relative to those measured.
 _UNKNOWN_PROMPT_TPS = 50.0
-# Until agents' answers are measured, their sessions are taken to decode as many tokens in
-# edits as in tool calls and code (CLIENTS.md: a whole-file edit is hundreds of tokens, a
-# tool call tens, and a task has a few of each).
-_AGENT_MIX_PRIOR = {"code": 0.5, "echo": 0.5}
+# Until agents' answers are measured, what their sessions are taken to decode, by what the
+# first instruction asks: a change is mostly edits (a whole-file edit is hundreds of tokens,
+# a tool call tens), a question mostly its answer, anything else tool calls and new code.
+_AGENT_MIX_PRIOR: dict[str, dict[str, float]] = {
+    "change": {"code": 0.4, "echo": 0.6},
+    "question": {"code": 0.3, "prose": 0.7},
+    "other": {"code": 1.0},
+}
 
 
 class DeviceView(Protocol):
@@ -102,8 +106,9 @@ class RequestCost:
     max_tokens: int | None = None
     # Whether the machine's CPUs were left to the proxy and its backends just now.
     quiet: bool = True
-    # Whether it is an agent's turn (a request with tools): where it starts, the session stays.
-    agent: bool = False
+    # For an agent's turn (a request with tools), what its session asks for (session_intent):
+    # where its first turn lands, the session stays.
+    agent: str | None = None
 
     def uncached(self, backend: str) -> int:
         """Prompt tokens this backend would have to process."""
@@ -348,9 +353,9 @@ class RoutePolicy:
         than any decode gain), so that turn is placed for the answers the session will give:
         its edits as much as the tool call it starts with.
         """
-        if not cost.agent or any(n >= AFFINITY_TOKENS for n in cost.cached.values()):
+        if cost.agent is None or any(n >= AFFINITY_TOKENS for n in cost.cached.values()):
             return [("", 1.0)]
-        mix = self.scoreboard.agent_mix() or _AGENT_MIX_PRIOR
+        mix = self.scoreboard.agent_mix(cost.agent) or _AGENT_MIX_PRIOR.get(cost.agent, {task: 1.0})
         usable = [
             (t, share)
             for t, share in mix.items()

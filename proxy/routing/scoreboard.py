@@ -85,8 +85,8 @@ class Outcome:
     prompt_ms: float = 0.0
     # Whether other programs used a good share of the machine's CPUs while it ran.
     contended: bool = False
-    # Whether it was an agent's turn (a request with tools).
-    agent: bool = False
+    # For an agent's turn (a request with tools), its session's intent (session_intent).
+    agent: str | None = None
 
     @classmethod
     def from_timings(
@@ -97,7 +97,7 @@ class Outcome:
         timings: Timings,
         ttft_s: float | None = None,
         contended: bool = False,
-        agent: bool = False,
+        agent: str | None = None,
     ) -> Outcome:
         """A sample from what llama.cpp measured."""
         return cls(
@@ -155,17 +155,19 @@ class Scoreboard:
         self._prompt: dict[tuple[str, bool], Rate] = {}
         # Decayed mean answer length per (backend, task), short answers included.
         self._answers: dict[tuple[str, str], tuple[float, int]] = {}
-        # Decayed answer tokens of agents' turns per class: what an agent session decodes.
-        self._agent_tokens: dict[str, float] = {}
+        # Decayed answer tokens of agents' turns per (session intent, class): what a session
+        # that asks for a change, or for an answer, decodes.
+        self._agent_tokens: dict[tuple[str, str], float] = {}
 
     def record(self, outcome: Outcome) -> None:
         """Fold one request's measurements in; very short generations say little and are skipped."""
         self._record_prompt(outcome)
-        if outcome.agent and outcome.predicted_n:
-            for task in {*self._agent_tokens, outcome.task}:
+        if outcome.agent is not None and outcome.predicted_n:
+            tasks = {t for i, t in self._agent_tokens if i == outcome.agent} | {outcome.task}
+            for task in tasks:
                 got = outcome.predicted_n if task == outcome.task else 0
-                old = self._agent_tokens.get(task, 0.0)
-                self._agent_tokens[task] = old + self.alpha * (got - old)
+                old = self._agent_tokens.get((outcome.agent, task), 0.0)
+                self._agent_tokens[(outcome.agent, task)] = old + self.alpha * (got - old)
         if outcome.tokens_per_s is not None or outcome.predicted_n:
             key2 = (outcome.backend, outcome.task)
             mean, n = self._answers.get(key2, (0.0, 0))
@@ -242,10 +244,12 @@ class Scoreboard:
         mean = self._answers.get((backend, task))
         return mean[0] if mean else None
 
-    def agent_mix(self) -> dict[str, float]:
-        """The share of agents' answer tokens in each class, as measured (empty before any)."""
-        total = sum(self._agent_tokens.values())
-        return {t: n / total for t, n in self._agent_tokens.items()} if total > 0 else {}
+    def agent_mix(self, intent: str) -> dict[str, float]:
+        """The share of answer tokens in each class in sessions of this intent, as measured
+        (empty before any)."""
+        mine = {t: n for (i, t), n in self._agent_tokens.items() if i == intent}
+        total = sum(mine.values())
+        return {t: n / total for t, n in mine.items()} if total > 0 else {}
 
     def items(self) -> list[tuple[tuple[str, str, int], Estimate]]:
         """Every cell's estimate (quiet samples where there are any), sorted by key."""
@@ -269,7 +273,9 @@ class Scoreboard:
             "estimates": rows,
             "prompt_speed": prompt,
             "answer_tokens": answers,
-            "agent_tokens": self._agent_tokens,
+            "agent_tokens": [
+                {"intent": i, "task": t, "tokens": n} for (i, t), n in self._agent_tokens.items()
+            ],
         }
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps(document, indent=1))
@@ -289,8 +295,9 @@ class Scoreboard:
                 for row in document.get("prompt_speed", []):
                     rate = Rate(**{k: v for k, v in row.items() if k != "backend"})
                     self._prompt[(str(row["backend"]), rate.contended)] = rate
-                agent = document.get("agent_tokens", {})
-                self._agent_tokens = {str(t): float(n) for t, n in agent.items()}
+                for row in document.get("agent_tokens", []):
+                    cell = (str(row["intent"]), str(row["task"]))
+                    self._agent_tokens[cell] = float(row["tokens"])
                 for row in document.get("answer_tokens", []):
                     pair = (float(row["tokens"]), int(row["samples"]))
                     self._answers[(str(row["backend"]), str(row["task"]))] = pair
