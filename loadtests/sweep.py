@@ -453,13 +453,19 @@ def session_seed(opts: SweepOptions, level: int) -> int:
     return opts.session_seed + 1000 * level
 
 
-def run_agent_cell(opts: SweepOptions, task: str, backend: str, level: int) -> Cell:
-    """`level` agents at once, each running one session to its end (or until --agent-seconds)."""
+def _cell_files(opts: SweepOptions, task: str, backend: str, level: int) -> tuple[Path, str, Path]:
+    """A cell's folder, name and (emptied) results file."""
     cells = opts.out / "cells"
     cells.mkdir(parents=True, exist_ok=True)
     name = f"{task}-{backend}-c{level}"
     results = cells / f"{name}.jsonl"
     results.unlink(missing_ok=True)
+    return cells, name, results
+
+
+def run_agent_cell(opts: SweepOptions, task: str, backend: str, level: int) -> Cell:
+    """`level` agents at once, each running one session to its end (or until --agent-seconds)."""
+    cells, name, results = _cell_files(opts, task, backend, level)
     command = [
         sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary",
         "--host", opts.url, "-u", str(level), "-r", str(level),
@@ -480,11 +486,7 @@ def run_cell(
     opts: SweepOptions, task: str, backend: str, level: int, prompts: tuple[int, int]
 ) -> RunSummary:
     """One headless locust run on its slice of prompts; stats, log, samples go to <out>/cells/."""
-    cells = opts.out / "cells"
-    cells.mkdir(parents=True, exist_ok=True)
-    name = f"{task}-{backend}-c{level}"
-    results = cells / f"{name}.jsonl"
-    results.unlink(missing_ok=True)
+    cells, name, results = _cell_files(opts, task, backend, level)
     command = [
         sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary",
         "--host", opts.url, "-u", str(level), "-r", str(level),
