@@ -305,10 +305,10 @@ class RoutePolicy:
             and (not self._shares_device(b, ready) or credited(b) >= (1 - JOIN_MARGIN) * top)
         ]
         # Where the intervals of two estimates overlap, the order may be wrong: probe there
-        # at the configured share; a backend clearly slower is re-measured a quarter as often.
+        # at the configured share; a backend clearly slower is re-measured half as often.
         low = estimates[best.name].interval(board.alpha)[0]
         unsure = [b for b in probes if estimates[b.name].interval(board.alpha)[1] >= low]
-        share = self.explore_share if unsure else self.explore_share / 4
+        share = self.explore_share if unsure else self.explore_share / 2
         if probes and self.rng.random() < share:
             other = self._explore_target(unsure or probes, estimates[best.name], estimates)
             return RouteChoice(other.name, "explore", levels[other.name])
