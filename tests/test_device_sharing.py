@@ -226,7 +226,9 @@ def test_exploration_under_load_waits_for_an_idle_device(
                 # 20 rounds miss it 3 times in 1,000 at worst.
                 for _ in range(20)
             ]
-        probes = [r for answers in rounds for r in answers if r[2] == "explore"]
+        # A recheck (a backend known only from a busy machine: this test's own client and
+        # watcher use the CPUs) is a probe too, and waits for an idle device the same way.
+        probes = [r for answers in rounds for r in answers if r[2] in ("explore", "recheck")]
         assert probes, "explore_share 0.5 sent no probe in 60 requests"
         assert watcher.overlaps() == []
     finally:
