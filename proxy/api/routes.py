@@ -345,21 +345,23 @@ async def _serve(request: web.Request, surface: Surface, seen: RequestRecord) ->
         idle_s=settings.idle_timeout_s,
         whole_answer_s=settings.request_timeout_s,
     )
+    # The body as llama-server takes it (a client's shape adjusted), made once.
+    shaped = surface.upstream(body)
     # Running timings in every streamed chunk: a stream its client abandons still measured
     # speed and acceptance up to that point, which the scoreboard and the metrics count.
     if not surface.generates:
         # A passthrough answers one JSON document; a `stream` flag would only confuse the relay.
-        upstream_body = {k: v for k, v in surface.upstream(body).items() if k != "stream"}
+        upstream_body = {k: v for k, v in shaped.items() if k != "stream"}
     elif body.get("stream"):
-        upstream_body = {"timings_per_token": True, **surface.upstream(body)}
+        upstream_body = {"timings_per_token": True, **shaped}
         if surface.stream_progress:
             upstream_body["return_progress"] = True
     else:
-        upstream_body = surface.upstream(body)
-    fit = await _backends_that_fit(app, surface, surface.upstream(body), len(raw), model)
+        upstream_body = shaped
+    fit = await _backends_that_fit(app, surface, shaped, len(raw), model)
     prompt = (
         _Prompt(
-            PromptPrefix.of(surface.upstream(body)),
+            PromptPrefix.of(shaped),
             session_key(body, request.headers),
             agent=_agent_intent(surface.view(body)),
         )
@@ -431,9 +433,9 @@ async def _serve(request: web.Request, surface: Surface, seen: RequestRecord) ->
                     )
                 except BaseException:
                     use.abandoned = True  # cancelled or failed: llama-server may still compute
-                    measured.contended = meter.contended(started, meter.snapshot())
                     raise
-                measured.contended = meter.contended(started, meter.snapshot())
+                finally:
+                    measured.contended = meter.contended(started, meter.snapshot())
                 use.abandoned = measured.error is not None or measured.status != 200
             if measured.status == 502:  # failed mid-stream
                 supervisor.mark_down(target)
