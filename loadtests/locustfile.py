@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import logging
 import time
 from collections.abc import Iterator
@@ -47,6 +46,7 @@ from loadtests.sessions import (
     turn_sample,
 )
 from proxy.llamacpp import Timings
+from proxy.sse import SseSplitter, data_of, is_done
 
 log = logging.getLogger("loadtests")
 TASKS = (*PROMPTS, "mixed")
@@ -240,18 +240,17 @@ class _Failed(Exception):
 def _read_stream(resp: requests.Response, sample: Sample, t0: float) -> tuple[dict[str, Any], int]:
     """Consume SSE events, counting tokens as they arrive; returns the timings and byte count."""
     timings: dict[str, Any] = {}
-    buffer, done, size = b"", False, 0
+    lines, done, size = SseSplitter(), False, 0
     # chunk_size=None hands over each chunk as it arrives, so time to first token is exact.
     for chunk in resp.iter_content(chunk_size=None):
         size += len(chunk)
-        *lines, buffer = (buffer + chunk).split(b"\n")
-        for line in lines:
-            if not line.startswith(b"data: "):
-                continue
-            if line == b"data: [DONE]":
+        for line in lines.feed(chunk):
+            if is_done(line):
                 done = True
                 continue
-            event = json.loads(line[6:])
+            event = data_of(line)
+            if not isinstance(event, dict):
+                continue
             if "error" in event:
                 raise _Failed(f"error event: {event['error']}")
             timings = event.get("timings") or timings

@@ -37,6 +37,7 @@ import requests
 
 from loadtests.measure import Sample
 from proxy.llamacpp import Timings
+from proxy.sse import SseSplitter, data_of, is_done
 
 Shape = Literal["edit-heavy", "explain", "mixed"]
 TurnKind = Literal["read", "search", "write", "edit", "explain"]
@@ -2765,22 +2766,21 @@ class AnswerStream:
     deltas: int = 0
     done: bool = False
     error: str | None = None
-    _buffer: bytes = b""
+    _lines: SseSplitter = field(default_factory=SseSplitter)
 
     def feed(self, chunk: bytes, at_s: float) -> None:
         """Take the next bytes of the stream, received at_s seconds after the request."""
-        *lines, self._buffer = (self._buffer + chunk).split(b"\n")
-        for line in lines:
+        for line in self._lines.feed(chunk):
             self.feed_line(line.rstrip(b"\r"), at_s)
 
     def feed_line(self, line: bytes, at_s: float) -> None:
         """One SSE line."""
-        if not line.startswith(b"data: "):
-            return
-        if line == b"data: [DONE]":
+        if is_done(line):
             self.done = True
             return
-        event = json.loads(line[6:])
+        event = data_of(line)
+        if not isinstance(event, dict):
+            return
         if "error" in event:
             self.error = str(event["error"])
             return

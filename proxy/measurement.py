@@ -1,4 +1,4 @@
-"""Measurement: what the relay saw of one request, read by routing and metrics alike."""
+"""Measurement: what the relay saw of one request's answer; only the relay writes it."""
 
 from __future__ import annotations
 
@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.tokens import StreamTally
+
+# The error of an answer whose client left before its end.
+CLIENT_GONE = "client disconnected"
 
 
 @dataclass
@@ -19,15 +22,15 @@ class Measurement:
     # (proxy.tokens); a stream's are settled when it ends, however it ends.
     timings: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
-    device_wait_s: float = 0.0
-    # Requests decoding at once on its device, on average over its life (itself included).
-    mean_load: float | None = None
     tally: StreamTally | None = None
     # Whether the client had the stream's last event: one that leaves after it (Codex closes at
     # response.completed) left a finished answer, not an abandoned one.
     answered: bool = False
-    # Whether other programs took a good share of the machine's CPUs while it ran.
-    contended: bool = False
+
+    @property
+    def settled(self) -> bool:
+        """Whether llama-server finished the request: a 200 relayed to its end."""
+        return self.status == 200 and self.error is None
 
     def settle(self) -> None:
         """Take a stream's token counts from what it carried (its last timings, or usage)."""

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import get_args
 
 import aiohttp
@@ -15,11 +14,11 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from proxy.backends.backend import Backend
 from proxy.backends.devices import Device
-from proxy.backends.external import ExternalBackend
-from proxy.backends.pool import Backend
+from proxy.exchange import Exchange
+from proxy.llamacpp import METRIC_PREFIX, Timings
 from proxy.log import get_logger
-from proxy.measurement import Measurement
 from proxy.routing.policy import RouteReason
 from proxy.routing.scoreboard import Scoreboard
 from proxy.tasks import ROUTED_TASKS
@@ -28,29 +27,11 @@ from proxy.tasks import ROUTED_TASKS
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # Well inside Prometheus' scrape timeout, so one stuck backend costs its own series, not the scrape.
 _BACKEND_TIMEOUT_S = 1.0
-_UPSTREAM_PREFIX = "llamacpp:"
 _REEXPORT_PREFIX = "llamacpp_"
 # Speeds from a 135M model on one CPU thread up to a small model on a data-centre GPU.
 _TOKENS_PER_S_BUCKETS = (1, 2.5, 5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 500, 1000, 2000)
 _SECONDS_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 log = get_logger("metrics")
-
-
-@dataclass
-class RequestRecord:
-    """One request as the metrics see it, filled in as it moves down the chain.
-
-    `task` stays empty for a passthrough (tokenize, templates, ...), which no speed routes.
-    """
-
-    endpoint: str
-    started: float = field(default_factory=time.monotonic)
-    status: int = 0
-    backend: str = ""
-    task: str = ""
-    route: str = ""
-    device: str = ""
-    measured: Measurement | None = None
 
 
 class ProxyMetrics:
@@ -168,35 +149,38 @@ class ProxyMetrics:
                 for task in tasks:
                     self.requests.labels(endpoint, name, spec, task, "200")
 
-    def observe(self, record: RequestRecord) -> None:
+    def observe(self, exchange: Exchange) -> None:
         """Count one finished request; called exactly once per request, errors included."""
-        spec = self._spec_types.get(record.backend, "") if record.backend else ""
-        labels = (record.backend, spec, record.task)
-        self.requests.labels(record.endpoint, *labels, str(record.status)).inc()
-        self.duration.labels(*labels).observe(time.monotonic() - record.started)
-        if not record.backend or not record.task:
+        route = exchange.route
+        backend = route.backend.name if route is not None else ""
+        task = exchange.task or ""
+        spec = self._spec_types.get(backend, "") if backend else ""
+        labels = (backend, spec, task)
+        self.requests.labels(exchange.endpoint, *labels, str(exchange.status)).inc()
+        self.duration.labels(*labels).observe(time.monotonic() - exchange.started)
+        if route is None or not task:
             return
-        self.route_decisions.labels(*labels, record.route).inc()
-        if record.route == "explore":
+        self.route_decisions.labels(*labels, route.reason).inc()
+        if route.reason == "explore":
             self.explorations.labels(*labels).inc()
-        measured = record.measured
-        if measured is None:
+        upstream = exchange.upstream
+        if upstream is None:
             return
-        if measured.ttft_s is not None:
-            self.ttft.labels(*labels).observe(measured.ttft_s)
-        if record.device:
-            self.device_wait.labels(record.device, record.backend).observe(measured.device_wait_s)
-        timings = measured.timings
+        if upstream.ttft_s is not None:
+            self.ttft.labels(*labels).observe(upstream.ttft_s)
+        admission = exchange.admission
+        if admission is not None:
+            self.device_wait.labels(admission.device, backend).observe(admission.device_wait_s)
+        timings = Timings.parse(upstream.timings)
         # Counted whatever the status: these are tokens the backend really processed, which is
         # what its own llamacpp:* counters count too.
-        self.generated.labels(*labels).inc(_count(timings, "predicted_n"))
-        self.prompt.labels(*labels).inc(_count(timings, "prompt_n"))
-        self.cached.labels(*labels).inc(_count(timings, "cache_n"))
-        self.drafted.labels(*labels).inc(_count(timings, "draft_n"))
-        self.accepted.labels(*labels).inc(_count(timings, "draft_n_accepted"))
-        speed = timings.get("predicted_per_second")
-        if isinstance(speed, int | float) and math.isfinite(speed) and speed > 0:
-            self.tokens_per_s.labels(*labels).observe(speed)
+        self.generated.labels(*labels).inc(timings.predicted_n)
+        self.prompt.labels(*labels).inc(timings.prompt_n)
+        self.cached.labels(*labels).inc(timings.cache_n)
+        self.drafted.labels(*labels).inc(timings.draft_n)
+        self.accepted.labels(*labels).inc(timings.draft_n_accepted)
+        if timings.tokens_per_s > 0:
+            self.tokens_per_s.labels(*labels).observe(timings.tokens_per_s)
 
     async def render(
         self,
@@ -207,7 +191,7 @@ class ProxyMetrics:
         """The exposition text: this registry, the supervisors' and devices' state and each
         backend's own (each replica's, for an external backend)."""
         every = list(backends)
-        targets = [(b.name, url, labels) for b in every for url, labels in _scrape_targets(b)]
+        targets = [(b.name, url, labels) for b in every for url, labels in b.scrape_targets()]
         upstream = await asyncio.gather(
             *(
                 _scrape_backend(url, {"backend": name, **labels}, session)
@@ -219,18 +203,6 @@ class ProxyMetrics:
             fetched.setdefault(name, []).append(families)
         extra = _BackendCollector(every, devices, fetched)
         return generate_latest(_Scrape(self.registry, extra))
-
-
-def _scrape_targets(backend: Backend) -> list[tuple[str, dict[str, str]]]:
-    """Where a backend's own metrics are read: its process, or each ready replica (labelled)."""
-    if isinstance(backend, ExternalBackend):
-        return [(r.url, {"replica": r.url}) for r in backend.replicas if r.ready]
-    return [(backend.base_url, {})] if backend.ready else []
-
-
-def _count(timings: Mapping[str, object], key: str) -> int:
-    value = timings.get(key, 0)
-    return int(value) if isinstance(value, int | float) and value > 0 else 0
 
 
 async def _scrape_backend(
@@ -267,7 +239,7 @@ def _relabel(family: Metric, labels: Mapping[str, str]) -> Metric:
 
 
 def _rename(name: str) -> str:
-    return _REEXPORT_PREFIX + name.removeprefix(_UPSTREAM_PREFIX)
+    return _REEXPORT_PREFIX + name.removeprefix(METRIC_PREFIX)
 
 
 class _ScoreboardCollector:
@@ -343,8 +315,6 @@ class _BackendCollector:
             labels=labels,
         )
         for b in self.backends:
-            if not isinstance(b, ExternalBackend):
-                continue
             for r in b.replicas:
                 key = [b.name, r.url]
                 up.add_metric(key, 1 if r.ready else 0)

@@ -8,9 +8,10 @@ every surface; they have no speed and no draft counts.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
+
+from proxy.sse import SseSplitter, data_of
 
 # Anthropic streams say how many tokens they generated only in their last event; a stream its
 # client leaves earlier is counted by its text events, one per token llama-server sent.
@@ -68,12 +69,11 @@ class StreamTally:
         self.timings_line = b""
         self.usage_lines: list[bytes] = []
         self.deltas = 0
-        self._tail = b""
+        self._lines = SseSplitter()
 
     def scan(self, chunk: bytes) -> None:
         """Look at the complete lines of a chunk; an incomplete last line waits for the next."""
-        *lines, self._tail = (self._tail + chunk).split(b"\n")
-        for line in lines:
+        for line in self._lines.feed(chunk):
             if line.startswith(b"data: {"):
                 if b'"timings"' in line:
                     self.timings_line = line
@@ -97,10 +97,7 @@ class StreamTally:
 
 
 def _parse(line: bytes) -> dict[str, Any]:
-    try:
-        event = json.loads(line[6:])
-    except ValueError:
-        return {}
+    event = data_of(line)
     return event if isinstance(event, dict) else {}
 
 

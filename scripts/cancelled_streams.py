@@ -17,6 +17,8 @@ import time
 import urllib.parse
 import urllib.request
 
+from proxy.sse import iter_data
+
 COUNTERS = (
     "specproxy_generated_tokens_total",
     "llamacpp_tokens_predicted_total",
@@ -53,12 +55,11 @@ def cut_stream(url: str, backend: str, chunks: int) -> None:
         "POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"}
     )
     resp = conn.getresponse()
-    read = 0
-    while read < chunks:
-        line = resp.readline()
-        if not line:
-            raise SystemExit("the stream ended before the client left; raise max_tokens")
-        read += line.startswith(b"data: ")
+    for read, _event in enumerate(iter_data(iter(lambda: resp.read1(4096), b"")), 1):
+        if read >= chunks:
+            break
+    else:
+        raise SystemExit("the stream ended before the client left; raise max_tokens")
     resp.close()
     conn.close()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from proxy.backends.supervisor import Placement
+from proxy.backends.backend import Placement
 from proxy.routing.policy import RequestCost, RoutePolicy
 from proxy.routing.prefixes import PrefixCache, PromptPrefix, session_key
 from proxy.routing.scoreboard import Outcome, Scoreboard

@@ -18,7 +18,7 @@ import gguf
 import numpy as np
 import pytest
 
-from proxy.backends.gguf_info import read_gguf_header
+from proxy.gguf import read_gguf_header
 from proxy.llamacpp import metric_value
 from proxy.provision.mtp_model import write_tiny_mtp_model
 

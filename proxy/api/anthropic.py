@@ -1,42 +1,15 @@
-"""Anthropic's error shape, for the Messages surfaces: {"type": "error", "error": {...}}."""
+"""Anthropic Messages streams and errors as Anthropic clients expect them from llama-server."""
 
 from __future__ import annotations
 
 import json
 import uuid
 
-from proxy.api.sse import EventRewriter, join_event, split_event
+from proxy.api import errors
+from proxy.api.errors import ANTHROPIC_PATH, ApiError
+from proxy.api.rewrite import EventRewriter, join_event, split_event
 
-PATH_PREFIX = "/v1/messages"
-# Anthropic's documented error types by status; the status itself is kept as it is.
-_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    405: "invalid_request_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    500: "api_error",
-    502: "api_error",
-    503: "overloaded_error",
-    504: "timeout_error",
-}
-
-
-def is_anthropic_path(path: str) -> bool:
-    """Whether a request path belongs to the Anthropic Messages API, so errors take its shape."""
-    return path == PATH_PREFIX or path.startswith(PATH_PREFIX + "/")
-
-
-def error_type(status: int) -> str:
-    """Anthropic's error type for an HTTP status."""
-    return _TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
-
-
-def error_body(status: int, message: str) -> dict[str, object]:
-    """The JSON body Anthropic clients parse for an error."""
-    return {"type": "error", "error": {"type": error_type(status), "message": message}}
+PATH_PREFIX = ANTHROPIC_PATH
 
 
 def from_upstream(status: int, raw: bytes) -> bytes:
@@ -45,19 +18,10 @@ def from_upstream(status: int, raw: bytes) -> bytes:
         data = json.loads(raw)
     except ValueError:
         data = None
-    error = data.get("error") if isinstance(data, dict) else None
     if isinstance(data, dict) and data.get("type") == "error":
         return raw  # already Anthropic's shape
-    if isinstance(error, dict) and isinstance(error.get("message"), str):
-        message = error["message"]
-    else:
-        message = raw.decode("utf-8", "replace")[:500] or f"backend answered {status}"
-    return json.dumps(error_body(status, message)).encode()
-
-
-def sse_error(status: int, message: str) -> bytes:
-    """An `error` event for a Messages stream that fails after it started."""
-    return b"event: error\ndata: " + json.dumps(error_body(status, message)).encode() + b"\n\n"
+    error = errors.from_upstream(data, status, raw)
+    return json.dumps(ApiError(status, error.message, error.code).anthropic_payload()).encode()
 
 
 class MessagesStreamFix(EventRewriter):
@@ -162,10 +126,10 @@ class MessagesStreamFix(EventRewriter):
         data["index"] += self._shift
         return join_event(lines, at, data)
 
-    def fail(self, status: int, message: str, code: str) -> bytes:
+    def fail(self, error: ApiError) -> bytes:
         """Anthropic's `error` event, which ends a Messages stream."""
         self._ended = True
-        return sse_error(status, message)
+        return error.anthropic_event()
 
     def _message_start(self) -> bytes:
         # Its prompt token count is unknown here: the final message_delta still counts output.
@@ -187,8 +151,5 @@ class MessagesStreamFix(EventRewriter):
         lines, at, data = split_event(event)
         if at < 0 or not isinstance(data, dict) or data.get("type") == "error":
             return event
-        code = data.get("code")
-        status = code if isinstance(code, int) and 400 <= code < 600 else 500
-        message = data.get("message")
-        text = message if isinstance(message, str) else "the backend failed mid-stream"
-        return join_event(lines, at, error_body(status, text))
+        error = errors.from_upstream(data, raw=b"the backend failed mid-stream")
+        return join_event(lines, at, error.anthropic_payload())

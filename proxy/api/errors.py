@@ -1,13 +1,14 @@
-"""OpenAI-format errors: one exception type and a middleware that renders every failure."""
+"""Errors in every API's shape: one exception type, its OpenAI and Anthropic bodies and stream
+events, llama-server's errors read back, and a middleware that renders every failure."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from aiohttp import web
 
-from proxy.api import anthropic
 from proxy.log import get_logger
 
 log = get_logger("api")
@@ -22,6 +23,26 @@ _TYPES = {
     503: "service_unavailable",
     504: "timeout_error",
 }
+ANTHROPIC_PATH = "/v1/messages"
+# Anthropic's documented error types by status; the status itself is kept as it is.
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    502: "api_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+}
+
+
+def is_anthropic_path(path: str) -> bool:
+    """Whether a request path belongs to the Anthropic Messages API, so errors take its shape."""
+    return path == ANTHROPIC_PATH or path.startswith(ANTHROPIC_PATH + "/")
 
 
 class ApiError(Exception):
@@ -42,34 +63,66 @@ class ApiError(Exception):
         self.param = param
         self.headers = dict(headers or {})
 
+    @property
+    def type(self) -> str:
+        """OpenAI's error type for the status."""
+        return _TYPES.get(
+            self.status, "api_error" if self.status >= 500 else "invalid_request_error"
+        )
+
     def payload(self) -> dict[str, object]:
         """The JSON body OpenAI clients parse."""
         return {
             "error": {
                 "message": self.message,
-                "type": _TYPES.get(
-                    self.status, "api_error" if self.status >= 500 else "invalid_request_error"
-                ),
+                "type": self.type,
                 "param": self.param,
                 "code": self.code,
             }
         }
 
+    def anthropic_payload(self) -> dict[str, object]:
+        """The JSON body Anthropic clients parse."""
+        kind = _ANTHROPIC_TYPES.get(
+            self.status, "api_error" if self.status >= 500 else "invalid_request_error"
+        )
+        return {"type": "error", "error": {"type": kind, "message": self.message}}
+
     def response(self, anthropic_shape: bool = False) -> web.Response:
         """As an aiohttp response, in OpenAI's shape or Anthropic's."""
-        payload = anthropic.error_body(self.status, self.message) if anthropic_shape else None
+        payload = self.anthropic_payload() if anthropic_shape else self.payload()
         return web.Response(
             status=self.status,
-            body=json.dumps(payload or self.payload()),
+            body=json.dumps(payload),
             content_type="application/json",
             headers=self.headers,
         )
 
+    def openai_event(self) -> bytes:
+        """An OpenAI-shaped `data: {"error": ...}` event (llama.cpp's own shape mid-stream too)."""
+        return b"data: " + json.dumps(self.payload()).encode() + b"\n\n"
 
-def openai_error_event(status: int, message: str, code: str) -> bytes:
-    """An OpenAI-shaped `data: {"error": ...}` event (llama.cpp's own shape mid-stream too)."""
-    payload = ApiError(status, message, code=code).payload()
-    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+    def anthropic_event(self) -> bytes:
+        """An `error` event for a Messages stream that fails after it started."""
+        return b"event: error\ndata: " + json.dumps(self.anthropic_payload()).encode() + b"\n\n"
+
+
+def from_upstream(data: Any, status: int = 500, raw: bytes = b"") -> ApiError:
+    """llama-server's error, a whole answer's body or a mid-stream event, as an ApiError.
+
+    It says `{"error": {"code": 500, "message": ..., "type": ...}}`, or `{"error": "..."}`; a
+    status inside it (mid-stream, where the HTTP status is already 200) wins over `status`.
+    """
+    err = data.get("error", data) if isinstance(data, Mapping) else None
+    if isinstance(err, Mapping):
+        code, message, kind = err.get("code"), err.get("message"), err.get("type")
+    else:
+        code, message, kind = None, err, None
+    if isinstance(code, int) and not isinstance(code, bool) and 400 <= code < 600:
+        status = code
+    if not isinstance(message, str) or not message:
+        message = raw.decode("utf-8", "replace")[:500] or f"the backend answered {status}"
+    return ApiError(status, message, code=str(kind or "server_error"))
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -81,7 +134,7 @@ async def openai_errors(request: web.Request, handler: Handler) -> web.StreamRes
 
     Paths of the Anthropic Messages API get Anthropic's shape, with the same status codes.
     """
-    shape = anthropic.is_anthropic_path(request.path)
+    shape = is_anthropic_path(request.path)
     try:
         return await handler(request)
     except ApiError as exc:

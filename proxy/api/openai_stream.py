@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proxy.api.errors import openai_error_event
+from proxy.api.errors import ApiError
 
 _DONE = b"data: [DONE]\n\n"
 
@@ -23,9 +23,9 @@ class PlainStream:
         """Nothing: these streams end with their last `stop: true` chunk."""
         return b""
 
-    def fail(self, status: int, message: str, code: str) -> bytes:
+    def fail(self, error: ApiError) -> bytes:
         """An error event in llama.cpp's shape."""
-        return openai_error_event(status, message, code)
+        return error.openai_event()
 
 
 class OpenAIStreamEnd:
@@ -58,9 +58,9 @@ class OpenAIStreamEnd:
         if self._errored:
             return _DONE
         early = "the backend ended the stream before its last chunk"
-        return self.fail(502, early, "upstream_error")
+        return self.fail(ApiError(502, early, code="upstream_error"))
 
-    def fail(self, status: int, message: str, code: str) -> bytes:
+    def fail(self, error: ApiError) -> bytes:
         """An OpenAI error event, then `[DONE]`."""
         self._errored = True
-        return openai_error_event(status, message, code) + _DONE
+        return error.openai_event() + _DONE

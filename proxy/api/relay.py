@@ -15,10 +15,11 @@ from aiohttp import web
 
 from proxy.api import anthropic
 from proxy.api.assemble import AnswerAssembler, AnswerKind
-from proxy.api.errors import ApiError
+from proxy.api.errors import ApiError, from_upstream
 from proxy.api.openai_stream import PlainStream
-from proxy.api.sse import StreamRewriter
-from proxy.measurement import Measurement
+from proxy.api.rewrite import StreamRewriter
+from proxy.measurement import CLIENT_GONE, Measurement
+from proxy.sse import SseSplitter, data_of
 from proxy.tokens import StreamTally, counts_of
 
 
@@ -29,9 +30,6 @@ class RelayTimeouts:
     first_token_s: float
     idle_s: float
     whole_answer_s: float
-
-
-CLIENT_GONE = "client disconnected"
 
 
 def _upstream_down(backend: str, exc: BaseException) -> ApiError:
@@ -84,7 +82,8 @@ async def relay(
 ) -> web.StreamResponse:
     """POST body to url and return the answer (SSE relayed chunk by chunk), filling `measured`.
 
-    `measured` belongs to the caller, so what a stream measured survives its cancellation.
+    `measured` is the caller's, so what a stream measured survives its cancellation; only the
+    relay writes it.
     """
     start = time.monotonic()
     stream = bool(body.get("stream"))
@@ -125,6 +124,10 @@ async def relay(
             response = await _relay_stream(
                 request, body, upstream, headers, measured, start, backend, timeouts, wire
             )
+    except asyncio.CancelledError:
+        if not measured.answered:
+            measured.error = measured.error or CLIENT_GONE
+        raise
     finally:
         measured.duration_s = time.monotonic() - start
         if measured.tally is not None:
@@ -172,8 +175,7 @@ async def _relay_whole(
     measured.timings = counts_of(data)
     status = upstream.status
     if status >= 400:
-        err = data.get("error") if isinstance(data, dict) else None
-        measured.error = str(err.get("message") if isinstance(err, dict) else err)
+        measured.error = from_upstream(data, status, raw).message
         if status == 500 and wire.input_faults_are_400:
             status = measured.status = 400
             message = f"backend {backend!r} could not process this input: {measured.error}"
@@ -200,29 +202,27 @@ async def _relay_assembled(
     """Read a stream to its end and answer it whole, as llama-server would have."""
     assembler = AnswerAssembler(kind)
     tally = measured.tally = StreamTally()
-    pending = b""
+    lines = SseSplitter()
     try:
         async with asyncio.timeout(remaining_s):
             async for chunk in upstream.content.iter_any():
                 tally.scan(chunk)
-                *lines, pending = (pending + chunk).split(b"\n")
-                for line in lines:
-                    if not line.startswith(b"data: {"):
-                        continue
-                    event = json.loads(line[6:])
+                for line in lines.feed(chunk):
+                    event = data_of(line)
+                    if event is None and line.startswith(b"data: {"):
+                        raise _upstream_down(backend, ValueError(f"malformed event {line[:80]!r}"))
                     if isinstance(event, dict) and "error" in event:
                         # An error after the stream began: the whole answer is that error.
-                        err = event["error"]
                         measured.status = 500
-                        measured.error = str(err.get("message") if isinstance(err, dict) else err)
-                        return web.json_response({"error": err}, status=500, headers=headers)
+                        measured.error = from_upstream(event).message
+                        return web.json_response(
+                            {"error": event["error"]}, status=500, headers=headers
+                        )
                     if isinstance(event, dict):
                         assembler.feed(event)
     except TimeoutError:
         raise _timed_out(backend, f"did not finish within {limit_s:g} s") from None
     except aiohttp.ClientError as exc:
-        raise _upstream_down(backend, exc) from exc
-    except ValueError as exc:
         raise _upstream_down(backend, exc) from exc
     answer = assembler.answer()
     measured.tally = None
@@ -289,8 +289,7 @@ async def _pump(
                     else f"sent no token within {wait:g} s"
                 )
                 measured.status, measured.error = 504, what
-                message = _timed_out(backend, what).message
-                await response.write(rewriter.fail(504, message, "upstream_timeout"))
+                await response.write(rewriter.fail(_timed_out(backend, what)))
                 break
             if not chunk:
                 rest = rewriter.flush()
@@ -313,9 +312,9 @@ async def _pump(
     except aiohttp.ClientError as exc:
         measured.error = f"{exc.__class__.__name__}: {exc}"
         measured.status = 502
-        message = f"backend {backend!r} failed mid-stream: {exc}"
+        failed = ApiError(502, f"backend {backend!r} failed mid-stream: {exc}", "upstream_error")
         try:
-            await response.write(rewriter.fail(502, message, "upstream_error"))
+            await response.write(rewriter.fail(failed))
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):
             return response
     try:

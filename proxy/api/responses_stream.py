@@ -13,7 +13,8 @@ import time
 import uuid
 from typing import Any
 
-from proxy.api.sse import EventRewriter, join_event, split_event
+from proxy.api.errors import ApiError, from_upstream
+from proxy.api.rewrite import EventRewriter, join_event, split_event
 
 _TERMINAL = frozenset({"response.completed", "response.failed", "response.incomplete"})
 
@@ -46,12 +47,8 @@ class ResponsesStreamFix(EventRewriter):
         if isinstance(data, dict) and "error" in data and "type" not in data:
             # llama-server's mid-stream error has chat's shape here; Codex waits for a
             # response.failed and retries a stream that closes without one.
-            err = data["error"] if isinstance(data["error"], dict) else {}
-            code = err.get("code")
-            status = code if isinstance(code, int) and 400 <= code < 600 else 500
-            message = err.get("message")
-            text = message if isinstance(message, str) else "the backend failed mid-stream"
-            return self.fail(status, text, str(err.get("type") or "server_error")).rstrip(b"\n")
+            error = from_upstream(data, raw=b"the backend failed mid-stream")
+            return self.fail(error).rstrip(b"\n")
         if not isinstance(data, dict) or not isinstance(data.get("type"), str):
             return event
         self._fill(data)
@@ -60,10 +57,11 @@ class ResponsesStreamFix(EventRewriter):
         self._ended = self._ended or data["type"] in _TERMINAL
         return join_event(lines, at, data)
 
-    def fail(self, status: int, message: str, code: str) -> bytes:
+    def fail(self, error: ApiError) -> bytes:
         """An `error` event and a `response.failed`, as the Responses API ends a failed stream."""
         self._ended = True
-        error: dict[str, Any] = {"type": "error", "code": code, "message": message, "param": None}
+        code, message = error.code, error.message
+        event: dict[str, Any] = {"type": "error", "code": code, "message": message, "param": None}
         response = {
             "id": self._response.get("id") or f"resp_{uuid.uuid4().hex}",
             "object": "response",
@@ -76,7 +74,7 @@ class ResponsesStreamFix(EventRewriter):
         }
         failed: dict[str, Any] = {"type": "response.failed", "response": response}
         out = b""
-        for name, data in (("error", error), ("response.failed", failed)):
+        for name, data in (("error", event), ("response.failed", failed)):
             data["sequence_number"] = self._sequence
             self._sequence += 1
             out += f"event: {name}\ndata: ".encode() + json.dumps(data).encode() + b"\n\n"

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,22 +22,20 @@ from proxy.api.context_fit import (
     too_long,
 )
 from proxy.api.errors import ApiError
-from proxy.api.relay import CLIENT_GONE, RelayTimeouts, relay
+from proxy.api.record import record
+from proxy.api.relay import RelayTimeouts, relay
 from proxy.api.state import CPU, METRICS, POOL, ROUTER, SESSION, SETTINGS
 from proxy.api.surfaces import SURFACES, Surface
-from proxy.backends.external import ExternalBackend
-from proxy.backends.pool import Backend
-from proxy.backends.supervisor import BackendSaturatedError, Placement, SlotUse
-from proxy.llamacpp import Timings
+from proxy.backends.backend import Backend, BackendSaturatedError, SlotUse
+from proxy.exchange import Admission, Exchange, Prompt, Route
 from proxy.log import get_logger
 from proxy.measurement import Measurement
-from proxy.metrics import CONTENT_TYPE, RequestRecord
+from proxy.metrics import CONTENT_TYPE
 from proxy.routing.agent_turns import session_intent
-from proxy.routing.policy import RequestCost, RoutableBackend
+from proxy.routing.policy import RequestCost
 from proxy.routing.prefixes import Cached, PromptPrefix, session_key
-from proxy.routing.router import NoBackendError, UnknownModelError, fim_outcome
-from proxy.routing.scoreboard import Outcome, load_level
-from proxy.tasks import AUTO_MODEL, AUTO_TASK_MODELS, FIM_TASK
+from proxy.routing.router import NoBackendError, UnknownModelError
+from proxy.tasks import AUTO_MODEL, AUTO_TASK_MODELS
 
 log = get_logger("request")
 _ROOM_POLL_S = 0.25
@@ -68,140 +65,29 @@ def _handler(surface: Surface) -> Callable[[web.Request], Awaitable[web.StreamRe
 
 
 async def _complete(request: web.Request, surface: Surface) -> web.StreamResponse:
-    """Serve one request and record it in the metrics exactly once, errors included."""
-    seen = RequestRecord(surface.endpoint)
+    """Serve one request and record it exactly once, errors included."""
+    exchange = Exchange(
+        surface.endpoint,
+        request.headers.get("X-Request-Id") or uuid.uuid4().hex[:16],
+        generates=surface.generates,
+    )
     try:
-        return await _serve(request, surface, seen)
+        response = await _serve(request, surface, exchange)
+        exchange.status = exchange.upstream.status if exchange.upstream is not None else 200
+        return response
     except (ApiError, web.HTTPException) as exc:
-        seen.status = exc.status
+        exchange.status = exc.status
         raise
     except asyncio.CancelledError:
         # "client closed request", as nginx counts it; unless it had the whole answer.
-        answered = seen.measured is not None and seen.measured.answered
-        seen.status = seen.measured.status if answered and seen.measured else 499
+        upstream = exchange.upstream
+        exchange.status = upstream.status if upstream is not None and exchange.answered else 499
         raise
     except Exception:
-        seen.status = 500
+        exchange.status = 500
         raise
     finally:
-        request.app[METRICS].observe(seen)
-
-
-@dataclass
-class _Route:
-    """Where one attempt at a request went, and why; where its prompt was placed, once sent."""
-
-    backend: RoutableBackend
-    reason: str
-    level: int
-    # What the router expected the backend to hold of the prompt.
-    cached: Cached
-    placement: Placement | None = None
-    slots: int = 1
-
-
-@dataclass(frozen=True)
-class _Prompt:
-    """What the router knows of a request's prompt before sending it: its prefix chain and
-    the client's session key."""
-
-    prefix: PromptPrefix
-    session: str | None
-    # For a request that offers tools (an agent's turn), what its session asks for.
-    agent: str | None = None
-
-
-def _finish(
-    request: web.Request,
-    request_id: str,
-    surface: Surface,
-    body: dict[str, Any],
-    task: str | None,
-    route: _Route,
-    prompt: _Prompt | None,
-    measured: Measurement,
-    seen: RequestRecord,
-) -> None:
-    """Record what an answer measured (a stream its client left included) and log one line."""
-    backend = route.backend.name
-    timings = Timings.parse(measured.timings)
-    # Filed under the load it ran at: one that started alone and was joined by three more
-    # decoded at four streams' speed, and would otherwise drag down the one-stream estimate.
-    ran_at = (
-        route.level if measured.mean_load is None else load_level(int(measured.mean_load + 0.5))
-    )
-    outcome = Outcome.from_timings(
-        backend,
-        task or "",
-        ran_at,
-        timings,
-        measured.ttft_s,
-        measured.contended,
-        agent=prompt.agent if prompt is not None else None,
-    )
-    if task == FIM_TASK:
-        outcome = fim_outcome(outcome, timings)
-    router = request.app[ROUTER]
-    if task is not None and measured.status == 200 and measured.error in (None, CLIENT_GONE):
-        router.record(outcome)
-    if prompt is not None and route.placement is not None and measured.status == 200:
-        router.prefixes.record(
-            backend,
-            prompt.prefix,
-            route.placement,
-            timings.prompt_n + timings.cache_n,
-            route.slots,
-            prompt.session,
-        )
-    requested = body.get("model")
-    mapped = router.resolve_model(requested) if requested else None
-    log.info(
-        "request",
-        request_id=request_id,
-        endpoint=surface.endpoint,
-        model=requested,
-        # What an alias such as claude-* made of the name (the header X-Specproxy-Model too).
-        model_mapped_to=mapped if mapped != requested else None,
-        backend=backend,
-        task=task,
-        route=route.reason,
-        # Not `level`: that key is the log line's severity.
-        load_level=route.level if task is not None else None,
-        mean_load=round(measured.mean_load, 2) if measured.mean_load is not None else None,
-        status=499 if measured.error == CLIENT_GONE else measured.status,
-        stream=bool(body.get("stream")),
-        tokens=outcome.predicted_n if surface.generates else None,
-        tokens_per_s=round(outcome.tokens_per_s, 1) if outcome.tokens_per_s else None,
-        acceptance=round(outcome.draft_n_accepted / outcome.draft_n, 3)
-        if outcome.draft_n
-        else None,
-        ttft_s=round(measured.ttft_s, 3) if measured.ttft_s is not None else None,
-        prompt_tokens=timings.prompt_n + timings.cache_n if surface.generates else None,
-        cached_tokens=timings.cache_n if surface.generates else None,
-        # What the router took the backend to hold: beside cached_tokens, how well it knew.
-        expected_cached_tokens=route.cached.tokens if surface.generates else None,
-        slot=route.placement.slot if route.placement is not None else None,
-        contended=measured.contended or None,
-        duration_s=round(measured.duration_s, 3),
-        device=seen.device,
-        device_wait_s=round(measured.device_wait_s, 3),
-        error=measured.error,
-        **({"body": body} if request.app[SETTINGS].log_prompts else {}),
-    )
-
-
-@asynccontextmanager
-async def _measuring_load(
-    hold: AbstractAsyncContextManager[SlotUse], measured: Measurement
-) -> AsyncIterator[SlotUse]:
-    """Hold a slot and, however the hold ends, keep the mean load it saw in `measured`."""
-    use: SlotUse | None = None
-    try:
-        async with hold as use:
-            yield use
-    finally:
-        if use is not None:
-            measured.mean_load = use.mean_load
+        record(request.app, exchange)
 
 
 @dataclass(frozen=True)
@@ -272,17 +158,11 @@ def _agent_intent(view: Mapping[str, Any]) -> str | None:
     return session_intent(messages)
 
 
-def _choose(
-    app: web.Application,
-    model: str,
-    task: str | None,
-    fit: _Fit,
-    prompt: _Prompt | None,
-    budget: int | None,
-) -> _Route:
+def _choose(app: web.Application, exchange: Exchange, fit: _Fit, budget: int | None) -> Route:
     """The router's choice (by the whole request's cost for a task, else any ready backend),
     refusals as errors."""
     pool, router = app[POOL], app[ROUTER]
+    prompt, model = exchange.prompt, exchange.model
     held = {
         b.name: router.prefixes.cached(b.name, prompt.prefix, b.server_urls, prompt.session)
         if prompt is not None
@@ -297,11 +177,11 @@ def _choose(
         agent=prompt.agent if prompt is not None else None,
     )
     try:
-        if task is None:
+        if exchange.task is None:
             backend, reason = router.choose_any(model, fit.backends, cost)
-            return _Route(backend, reason, 0, held.get(backend.name, Cached(0, None)))
-        backend, choice = router.choose(model, task, fit.backends, cost)
-        return _Route(backend, choice.reason, choice.level, held[backend.name])
+            return Route(backend, reason, 0, held.get(backend.name, Cached(0, None)))
+        backend, choice = router.choose(model, exchange.task, fit.backends, cost)
+        return Route(backend, choice.reason, choice.level, held[backend.name])
     except UnknownModelError:
         ids = ", ".join([AUTO_MODEL, *AUTO_TASK_MODELS, *pool.names])
         raise ApiError(
@@ -320,147 +200,166 @@ def _choose(
         ) from None
 
 
-async def _serve(request: web.Request, surface: Surface, seen: RequestRecord) -> web.StreamResponse:
-    """Validate, classify, choose, relay and log one request, filling in `seen` as it goes."""
-    raw = await request.read()
-    body = surface.check(_parse_json(raw))
+def _parse(app: web.Application, surface: Surface, raw: bytes, exchange: Exchange) -> None:
+    """Parse: the checked body and the model it names, an alias resolved."""
+    exchange.body = surface.check(_parse_json(raw))
+    exchange.requested_model = exchange.body.get("model")
+    exchange.model = app[ROUTER].resolve_model(exchange.requested_model or AUTO_MODEL)
+
+
+def _classify(
+    app: web.Application,
+    surface: Surface,
+    headers: Mapping[str, str],
+    shaped: dict[str, Any],
+    exchange: Exchange,
+) -> None:
+    """Classify: the task class, and what the router may know of the prompt."""
+    if not surface.generates:
+        return  # a passthrough (tokenize, templates) has neither
+    view = surface.view(exchange.body)
+    try:
+        exchange.task = app[ROUTER].task_for(
+            view, exchange.model, headers.get("X-Specproxy-Task"), surface.fixed_task
+        )
+    except ValueError as exc:
+        raise ApiError(400, str(exc), code="invalid_task", param="X-Specproxy-Task") from None
+    exchange.prompt = Prompt(
+        PromptPrefix.of(shaped), session_key(exchange.body, headers), agent=_agent_intent(view)
+    )
+
+
+def _upstream_body(
+    surface: Surface, body: Mapping[str, Any], shaped: dict[str, Any]
+) -> dict[str, Any]:
+    """The body as llama-server takes it, whichever backend is chosen."""
+    if not surface.generates:
+        # A passthrough answers one JSON document; a `stream` flag would only confuse the relay.
+        return {k: v for k, v in shaped.items() if k != "stream"}
+    if not body.get("stream"):
+        return shaped
+    # Running timings in every streamed chunk: a stream its client abandons still measured
+    # speed and acceptance up to that point, which the scoreboard and the metrics count.
+    streamed = {"timings_per_token": True, **shaped}
+    if surface.stream_progress:
+        streamed["return_progress"] = True
+    return streamed
+
+
+def _headers(exchange: Exchange, route: Route) -> dict[str, str]:
+    """The X-Specproxy-* headers that tell the client where its request went."""
+    headers = {
+        "X-Specproxy-Backend": route.backend.name,
+        **({"X-Specproxy-Task": exchange.task} if exchange.task is not None else {}),
+        "X-Specproxy-Route": route.reason,
+        "X-Specproxy-Load-Level": str(route.level),
+        "X-Request-Id": exchange.request_id,
+        "X-Specproxy-Device": route.backend.device.name,
+    }
+    if exchange.requested_model is not None and exchange.model != exchange.requested_model:
+        headers["X-Specproxy-Model"] = exchange.model
+    return headers
+
+
+async def _serve(request: web.Request, surface: Surface, exchange: Exchange) -> web.StreamResponse:
+    """parse → classify → choose → admit → relay; the record step reads `exchange` after."""
     app = request.app
-    router, pool, settings = app[ROUTER], app[POOL], app[SETTINGS]
-    requested = body.get("model") or AUTO_MODEL
-    model = router.resolve_model(requested)
-    task: str | None = None
-    if surface.generates:
+    raw = await request.read()
+    _parse(app, surface, raw, exchange)
+    # The body as llama-server takes it (a client's shape adjusted), made once.
+    shaped = surface.upstream(exchange.body)
+    _classify(app, surface, request.headers, shaped, exchange)
+    fit = await _backends_that_fit(app, surface, shaped, len(raw), exchange.model)
+    body = _upstream_body(surface, exchange.body, shaped)
+    budget = answer_budget(exchange.body)
+    # An unreachable backend received nothing, so an unpinned request may try one other.
+    for attempt in (1, 2):
+        route = exchange.route = _choose(app, exchange, fit, budget)
         try:
-            task = router.task_for(
-                surface.view(body),
-                model,
-                request.headers.get("X-Specproxy-Task"),
-                surface.fixed_task,
-            )
-        except ValueError as exc:
-            raise ApiError(400, str(exc), code="invalid_task", param="X-Specproxy-Task") from None
-    request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex[:16]
+            return await _admit_and_relay(request, surface, exchange, route, fit, body)
+        except ApiError as exc:
+            # A pinned request may try again only on another replica of its backend.
+            pinned_down = route.reason == "pinned" and not route.backend.ready
+            if exc.code != "backend_unreachable" or pinned_down or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+async def _admit_and_relay(
+    request: web.Request,
+    surface: Surface,
+    exchange: Exchange,
+    route: Route,
+    fit: _Fit,
+    body: dict[str, Any],
+) -> web.StreamResponse:
+    """Admit: hold the backend's device and slot; relay: send the request, relay its answer."""
+    app = request.app
+    settings = app[SETTINGS]
+    backend = route.backend
+    headers = _headers(exchange, route)
+    if "model" in body or surface.generates:
+        body = {**body, "model": backend.name}
+    # The metrics hold it from the start: a request cancelled mid-stream still counts what
+    # it generated.
+    upstream = exchange.upstream = Measurement()
+    exchange.admission, exchange.mean_load = None, None
+    if surface.uses_slot:
+        hold = backend.slot(
+            fit.tokens, route.cached.worth_following, surface.places_slot, lambda: upstream.settled
+        )
+    else:
+        # A passthrough (tokenize, templates) decodes nothing: any server of the backend.
+        hold = nullcontext(SlotUse(base_url=backend.base_url, device=backend.device.name))
     timeouts = RelayTimeouts(
         first_token_s=settings.first_token_timeout_s,
         idle_s=settings.idle_timeout_s,
         whole_answer_s=settings.request_timeout_s,
     )
-    # The body as llama-server takes it (a client's shape adjusted), made once.
-    shaped = surface.upstream(body)
-    # Running timings in every streamed chunk: a stream its client abandons still measured
-    # speed and acceptance up to that point, which the scoreboard and the metrics count.
-    if not surface.generates:
-        # A passthrough answers one JSON document; a `stream` flag would only confuse the relay.
-        upstream_body = {k: v for k, v in shaped.items() if k != "stream"}
-    elif body.get("stream"):
-        upstream_body = {"timings_per_token": True, **shaped}
-        if surface.stream_progress:
-            upstream_body["return_progress"] = True
-    else:
-        upstream_body = shaped
-    fit = await _backends_that_fit(app, surface, shaped, len(raw), model)
-    prompt = (
-        _Prompt(
-            PromptPrefix.of(shaped),
-            session_key(body, request.headers),
-            agent=_agent_intent(surface.view(body)),
-        )
-        if surface.generates
-        else None
-    )
-    budget = answer_budget(body)
     meter = app[CPU]
-    # An unreachable backend received nothing, so an unpinned request may try one other.
-    for attempt in (1, 2):
-        route = _choose(app, model, task, fit, prompt, budget)
-        supervisor = pool.get(route.backend.name)
-        assert supervisor is not None
-        device = supervisor.device.name
-        seen.backend, seen.task, seen.route = route.backend.name, task or "", route.reason
-        seen.device = device
-        headers = {
-            "X-Specproxy-Backend": route.backend.name,
-            **({"X-Specproxy-Task": task} if task is not None else {}),
-            "X-Specproxy-Route": route.reason,
-            "X-Specproxy-Load-Level": str(route.level),
-            "X-Request-Id": request_id,
-            "X-Specproxy-Device": device,
-        }
-        if model != requested:
-            headers["X-Specproxy-Model"] = model
-        if "model" in upstream_body or surface.generates:
-            upstream_body = {**upstream_body, "model": route.backend.name}
-        # The metrics hold it from the start: a request cancelled mid-stream still counts
-        # what it generated.
-        measured = seen.measured = Measurement()
-        finish = functools.partial(
-            _finish, request, request_id, surface, body, task, route, prompt, measured, seen
-        )
-        target = ""  # the server the request went to: a replica of an external backend
-        try:
-            # A passthrough (tokenize, templates) decodes nothing: any server of the backend.
-            unheld = SlotUse(base_url=supervisor.base_url, device=device)
-            hold = (
-                supervisor.slot(fit.tokens, route.cached.worth_following, surface.places_slot)
-                if surface.uses_slot
-                else nullcontext(unheld)
-            )
-            async with _measuring_load(hold, measured) as use:
-                target = use.base_url
-                route.placement = Placement(target, use.slot_id)
-                route.slots = supervisor.limit
-                sent = upstream_body
-                if use.slot_id is not None:
-                    # The slot the proxy knows holds the prompt's prefix, or a free one; and
-                    # the cache explicitly on, whatever the server's default.
-                    sent = {**upstream_body, "id_slot": use.slot_id, "cache_prompt": True}
-                seen.device = use.device
-                headers["X-Specproxy-Device"] = use.device
-                headers["X-Specproxy-Device-Wait"] = f"{use.device_wait_s:.3f}"
-                measured.device_wait_s = use.device_wait_s
-                started = meter.snapshot()
-                try:
-                    response = await relay(
-                        request,
-                        app[SESSION],
-                        route.backend.name,
-                        target + surface.path,
-                        sent,
-                        headers,
-                        timeouts,
-                        measured,
-                        surface.wire,
-                    )
-                except BaseException:
-                    use.abandoned = True  # cancelled or failed: llama-server may still compute
-                    raise
-                finally:
-                    measured.contended = meter.contended(started, meter.snapshot())
-                use.abandoned = measured.error is not None or measured.status != 200
-            if measured.status == 502:  # failed mid-stream
-                supervisor.mark_down(target)
-            break
-        except BackendSaturatedError as exc:
-            raise ApiError(
-                429,
-                f"{exc}; retry after a moment, or raise max_concurrency / max_queue in the config",
-                code="backend_saturated",
-                headers={"Retry-After": "1"},
-            ) from None
-        except asyncio.CancelledError:
-            if not measured.answered:
-                measured.error = measured.error or CLIENT_GONE
-            finish()
-            raise
-        except ApiError as exc:
-            if exc.status == 502:
-                supervisor.mark_down(target)
-            # A pinned request may try again only on another replica of its backend.
-            pinned_down = route.reason == "pinned" and not supervisor.ready
-            if exc.code != "backend_unreachable" or pinned_down or attempt == 2:
-                raise
-    seen.status = measured.status
-    finish()
+    use: SlotUse | None = None
+    target = ""  # the server the request went to: a replica of an external backend
+    try:
+        async with hold as use:
+            admission = exchange.admission = Admission.of(use, backend.limit)
+            target = admission.placement.url
+            if use.slot_id is not None:
+                # The slot the proxy knows holds the prompt's prefix, or a free one; and the
+                # cache explicitly on, whatever the server's default.
+                body = {**body, "id_slot": use.slot_id, "cache_prompt": True}
+            headers["X-Specproxy-Device"] = admission.device
+            headers["X-Specproxy-Device-Wait"] = f"{admission.device_wait_s:.3f}"
+            started = meter.snapshot()
+            try:
+                response = await relay(
+                    request,
+                    app[SESSION],
+                    backend.name,
+                    target + surface.path,
+                    body,
+                    headers,
+                    timeouts,
+                    upstream,
+                    surface.wire,
+                )
+            finally:
+                exchange.contended = meter.contended(started, meter.snapshot())
+    except BackendSaturatedError as exc:
+        raise ApiError(
+            429,
+            f"{exc}; retry after a moment, or raise max_concurrency / max_queue in the config",
+            code="backend_saturated",
+            headers={"Retry-After": "1"},
+        ) from None
+    except ApiError as exc:
+        if exc.status == 502:
+            backend.mark_down(target)
+        raise
+    finally:
+        if use is not None:
+            exchange.mean_load = use.mean_load
+    if upstream.status == 502:  # failed mid-stream
+        backend.mark_down(target)
     return response
 
 
@@ -493,46 +392,10 @@ async def list_models(request: web.Request) -> web.Response:
     return web.json_response({"object": "list", "data": data})
 
 
-def _backend_health(b: Backend) -> dict[str, Any]:
-    """One backend's part of /health; an external one lists its replicas."""
-    shown: dict[str, Any] = {
-        "state": b.state,
-        "kind": b.spec.config.kind,
-        "spec_type": b.spec_type,
-        "url": b.base_url,
-        "pid": b.pid,
-        "restarts": b.restarts,
-        "in_flight": b.in_flight,
-        "load": b.load,
-        "queued": b.queued,
-        "limit": b.limit,
-        "device": b.device.name,
-        # Tokens one request may hold (prompt and answer), as llama-server reports it.
-        "n_ctx": b.n_ctx,
-    }
-    if isinstance(b, ExternalBackend):
-        shown["replicas"] = [
-            {
-                "url": r.url,
-                "state": r.state,
-                "in_flight": r.in_flight,
-                "reported": r.reported,
-                "load": r.load,
-                "load_source": r.load_source,
-                "failed_health_checks": r.failed_health_checks,
-                "device": r.device.name,
-            }
-            for r in b.replicas
-        ]
-        if b.resolve_errors:
-            shown["resolve_errors"] = b.resolve_errors
-    return shown
-
-
 async def health(request: web.Request) -> web.Response:
     """GET /health: the proxy's state and each backend's; 200 if any backend is ready."""
     pool = request.app[POOL]
-    backends = {b.name: _backend_health(b) for b in pool}
+    backends = {b.name: b.health_view() for b in pool}
     devices = {}
     for name, device in pool.devices.items():
         state = device.state()
@@ -546,9 +409,7 @@ async def health(request: web.Request) -> web.Response:
             "wait_s": round(state.wait_s, 3),
         }
     ready = sum(1 for b in pool if b.ready)
-    replica_down = any(
-        r.state == "unhealthy" for b in pool if isinstance(b, ExternalBackend) for r in b.replicas
-    )
+    replica_down = any(r.state == "unhealthy" for b in pool for r in b.replicas)
     everything = ready == len(pool) and not replica_down
     status = "ok" if everything else "degraded" if ready else "unavailable"
     return web.json_response(
@@ -596,7 +457,7 @@ async def restart_backend(request: web.Request) -> web.Response:
     if backend is None:
         known = ", ".join(request.app[POOL].names)
         raise ApiError(404, f"no backend {name!r}; the backends are {known}", code="not_found")
-    if isinstance(backend, ExternalBackend):
+    if not backend.restartable:
         raise ApiError(
             409,
             f"backend {name!r} is an external server; restart it where it runs",

@@ -15,20 +15,23 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from typing import Literal
+from typing import Any, Literal
 
 import aiohttp
 
-from proxy.backends.devices import Device
-from proxy.backends.discovery import Resolver, discover, names_a_host
-from proxy.backends.launch import LaunchSpec
-from proxy.backends.supervisor import (
+from proxy.backends.backend import (
     BackendSaturatedError,
     BackendState,
     Placement,
+    Settled,
     SlotUse,
-    read_slot_context,
+    common_health,
+    wait_for,
 )
+from proxy.backends.devices import Device
+from proxy.backends.discovery import Resolver, discover, names_a_host
+from proxy.backends.launch import LaunchSpec
+from proxy.backends.supervisor import read_slot_context
 from proxy.config import Supervision
 from proxy.llamacpp import requests_held, slots_processing
 from proxy.log import get_logger
@@ -113,6 +116,35 @@ class ExternalBackend:
         self._nowhere.add(self.name, 1)
 
     # --- what routing, /health and /metrics read -------------------------------------------
+
+    @property
+    def restartable(self) -> bool:
+        """False: its servers run elsewhere."""
+        return False
+
+    def scrape_targets(self) -> list[tuple[str, dict[str, str]]]:
+        """Each ready replica's /metrics, labelled with the replica."""
+        return [(r.url, {"replica": r.url}) for r in self.replicas if r.ready]
+
+    def health_view(self) -> dict[str, Any]:
+        """Its part of GET /health, with its replicas."""
+        shown = common_health(self)
+        shown["replicas"] = [
+            {
+                "url": r.url,
+                "state": r.state,
+                "in_flight": r.in_flight,
+                "reported": r.reported,
+                "load": r.load,
+                "load_source": r.load_source,
+                "failed_health_checks": r.failed_health_checks,
+                "device": r.device.name,
+            }
+            for r in self.replicas
+        ]
+        if self.resolve_errors:
+            shown["resolve_errors"] = self.resolve_errors
+        return shown
 
     @property
     def spec_type(self) -> str | None:
@@ -215,7 +247,11 @@ class ExternalBackend:
 
     @contextlib.asynccontextmanager
     async def slot(
-        self, tokens: int = 0, prefer: Placement | None = None, place: bool = False
+        self,
+        tokens: int = 0,
+        prefer: Placement | None = None,
+        place: bool = False,
+        settled: Settled | None = None,
     ) -> AsyncIterator[SlotUse]:
         """Hold a slot on the least loaded ready replica (`prefer`'s, holding the request's
         prompt, when it has room) and its share of the device, waiting in the bounded queue
@@ -292,11 +328,11 @@ class ExternalBackend:
 
     async def wait_ready(self, timeout: float | None = None) -> bool:
         """Wait until a replica is ready; False if timeout passes first."""
-        try:
-            await asyncio.wait_for(self._ready.wait(), timeout)
-        except TimeoutError:
-            return False
-        return True
+        return await wait_for(self._ready, timeout)
+
+    async def restart(self, timeout: float | None = None) -> bool:
+        """Never: the servers are not the proxy's (`restartable` is False)."""
+        raise RuntimeError(f"backend {self.name!r} is an external server; restart it where it runs")
 
     async def stop(self) -> None:
         """Stop checking replicas (they are not the proxy's to stop)."""

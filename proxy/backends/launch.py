@@ -6,8 +6,8 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from proxy.backends.gguf_info import GgufError, read_gguf_info, vocab_mismatch
 from proxy.config import BackendConfig, Settings
+from proxy.gguf import GgufError, read_gguf_info, vocab_mismatch
 from proxy.provision.llama_server import ensure_llama_server
 from proxy.provision.models import resolve_model
 from proxy.provision.pypi import ProvisionError

@@ -8,14 +8,13 @@ from collections.abc import Iterator
 
 import aiohttp
 
+from proxy.backends.backend import Backend
 from proxy.backends.devices import Device, build_devices, device_for
 from proxy.backends.discovery import Resolver, SystemResolver
 from proxy.backends.external import ExternalBackend
 from proxy.backends.launch import LaunchSpec
 from proxy.backends.supervisor import BackendSupervisor
 from proxy.config import Settings
-
-Backend = BackendSupervisor | ExternalBackend
 
 
 class BackendPool:

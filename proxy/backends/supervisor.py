@@ -9,19 +9,27 @@ import os
 import signal
 import time
 from collections import deque
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import aiohttp
 
+from proxy.backends.backend import (
+    BackendSaturatedError,
+    BackendState,
+    Placement,
+    ReplicaView,
+    Settled,
+    SlotUse,
+    common_health,
+    wait_for,
+)
 from proxy.backends.devices import Device
 from proxy.backends.launch import LaunchSpec, free_port
 from proxy.config import Supervision
 from proxy.llamacpp import slot_context, slots_processing
 from proxy.log import get_logger
 
-BackendState = Literal["starting", "ready", "unhealthy", "restarting", "stopped"]
 _PR_SET_PDEATHSIG = 1
 _UNHEALTHY_AFTER = 3
 _STABLE_AFTER_S = 60.0
@@ -32,36 +40,6 @@ def _die_with_parent() -> None:
     # Runs in the child before exec: the kernel kills it when the proxy dies, even by SIGKILL.
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-class BackendSaturatedError(Exception):
-    """All of a backend's slots are busy and its queue is full."""
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where a prompt was processed: the server (an external backend's replica) and slot."""
-
-    url: str
-    slot: int | None = None
-
-
-@dataclass
-class SlotUse:
-    """One request's hold on a backend: how long it waited for the device, how it ended."""
-
-    device_wait_s: float = 0.0
-    # Set when the request ended before llama-server finished it (client gone, timeout, error):
-    # the process may still be computing, so the device is released once it is idle.
-    abandoned: bool = False
-    # Where the request goes: the server (a replica of an external backend) and its device.
-    base_url: str = ""
-    device: str = ""
-    # How many requests decoded on the device at once, on average, while this one held its
-    # slot (itself included); set when the hold ends. None for a request that held none.
-    mean_load: float | None = None
-    # The llama-server slot the request is sent to (`id_slot`), where the proxy picks it.
-    slot_id: int | None = None
 
 
 class BackendSupervisor:
@@ -147,13 +125,18 @@ class BackendSupervisor:
 
     @contextlib.asynccontextmanager
     async def slot(
-        self, tokens: int = 0, prefer: Placement | None = None, place: bool = False
+        self,
+        tokens: int = 0,
+        prefer: Placement | None = None,
+        place: bool = False,
+        settled: Settled | None = None,
     ) -> AsyncIterator[SlotUse]:
         """Hold this backend's share of its device and one concurrency slot, waiting in the
         bounded queue; raise when the queue is full. `tokens`: what the request will hold of
         the KV cache, counted against context_free while it runs. With `place`, the request
         is given a llama-server slot id to send: `prefer` (the slot holding its prefix) when
-        it is free, else the one least recently used.
+        it is free, else the one least recently used. A hold left by an exception, or one that
+        `settled` says llama-server did not finish, frees the device only once it is idle.
 
         Nothing suspends between a caller's choice of this backend and its admission when the
         device has room, so choosing and admitting are one step.
@@ -182,8 +165,12 @@ class BackendSupervisor:
         if use.slot_id is None:
             self._unplaced += 1
         mark = self.device.start_decoding()
+        # Ended before llama-server finished it (client gone, timeout, error): the process
+        # may still be computing, so the device is released once it is idle.
+        abandoned = True
         try:
             yield use
+            abandoned = settled is not None and not settled()
         finally:
             use.mean_load = self.device.stop_decoding(mark)
             self.in_flight -= 1
@@ -195,7 +182,7 @@ class BackendSupervisor:
                 # its answer (llama-server would hold the next one back), so it goes last too.
                 self._free_ids.append(use.slot_id)
             self._slots.release()
-            if use.abandoned and self.process is not None:
+            if abandoned and self.process is not None:
                 task = asyncio.create_task(self._release_device_when_idle())
                 self._background.add(task)
                 task.add_done_callback(self._background.discard)
@@ -241,6 +228,24 @@ class BackendSupervisor:
         return slots_processing(slots)
 
     @property
+    def replicas(self) -> Sequence[ReplicaView]:
+        """None to balance over: the backend is its one process."""
+        return ()
+
+    @property
+    def restartable(self) -> bool:
+        """Whether the proxy runs its process (a `url` backend is another's)."""
+        return self.spec.url is None
+
+    def scrape_targets(self) -> list[tuple[str, dict[str, str]]]:
+        """Its process's /metrics, while it serves."""
+        return [(self.base_url, {})] if self.ready else []
+
+    def health_view(self) -> dict[str, Any]:
+        """Its part of GET /health."""
+        return common_health(self)
+
+    @property
     def spec_type(self) -> str | None:
         """The speculation this backend runs (llama-server --spec-type), None for plain."""
         return self.spec.config.spec_type
@@ -261,11 +266,7 @@ class BackendSupervisor:
 
     async def wait_ready(self, timeout: float | None = None) -> bool:
         """Wait until the backend is ready; False if timeout passes first."""
-        try:
-            await asyncio.wait_for(self._ready.wait(), timeout)
-        except TimeoutError:
-            return False
-        return True
+        return await wait_for(self._ready, timeout)
 
     async def stop(self) -> None:
         """Stop supervising and end the process: SIGTERM, then SIGKILL after the grace period."""

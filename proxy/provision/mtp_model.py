@@ -10,7 +10,7 @@ from typing import Any
 import gguf
 import numpy as np
 
-from proxy.backends.gguf_info import read_gguf_header
+from proxy.gguf import read_gguf_header
 
 TINY_MTP_GENERATOR_VERSION = 1
 

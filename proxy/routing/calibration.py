@@ -7,9 +7,8 @@ from itertools import zip_longest
 
 import aiohttp
 
+from proxy.backends.backend import Backend, BackendSaturatedError
 from proxy.backends.contention import CpuMeter
-from proxy.backends.pool import Backend
-from proxy.backends.supervisor import BackendSaturatedError
 from proxy.llamacpp import Timings
 from proxy.log import get_logger
 from proxy.prompts import REFERENCE_PROMPTS, infill_body

@@ -16,7 +16,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.backends.supervisor import Placement
+from proxy.backends.backend import Placement
 
 # Blocks of a long string (a `/v1/completions` prompt) are cut at this many characters, so two
 # prompts that share the start of one string still share fingerprints.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from proxy.llamacpp import Timings
 from proxy.routing.aliases import ModelAliases
@@ -16,6 +16,8 @@ from proxy.tasks import AUTO_MODEL, AUTO_TASK_MODELS, TASK_CLASSES
 
 # How a request that needs any backend, not the fastest one, found it.
 AnyReason = Literal["pinned", "least_busy"]
+# The caller's own backend type: what it gives the router is what the router hands back.
+B = TypeVar("B", bound=RoutableBackend)
 
 
 class UnknownModelError(LookupError):
@@ -81,9 +83,9 @@ class Router:
         self,
         model: str,
         task: str,
-        backends: Sequence[RoutableBackend],
+        backends: Sequence[B],
         cost: RequestCost | None = None,
-    ) -> tuple[RoutableBackend, RouteChoice]:
+    ) -> tuple[B, RouteChoice]:
         """The backend for this request; raises UnknownModelError or NoBackendError."""
         by_name = {b.name: b for b in backends}
         if model in by_name:
@@ -101,9 +103,9 @@ class Router:
     def choose_any(
         self,
         model: str,
-        backends: Sequence[RoutableBackend],
+        backends: Sequence[B],
         cost: RequestCost | None = None,
-    ) -> tuple[RoutableBackend, AnyReason]:
+    ) -> tuple[B, AnyReason]:
         """A ready backend for a request every backend answers alike (the model is shared)."""
         by_name = {b.name: b for b in backends}
         if model in by_name:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
-_END = b"\n\n"
+from proxy.api.errors import ApiError
+from proxy.sse import EVENT, SseSplitter, data_of
+
+_END = EVENT
 
 
 class StreamRewriter(Protocol):
@@ -19,7 +22,7 @@ class StreamRewriter(Protocol):
         """Whatever is left when the upstream stream ends, and the API's end if it lacked one."""
         ...
 
-    def fail(self, status: int, message: str, code: str) -> bytes:
+    def fail(self, error: ApiError) -> bytes:
         """The API's error event(s) that end a stream the proxy cannot finish."""
         ...
 
@@ -38,7 +41,7 @@ class EventRewriter:
     LAST_EVENT = "its last event"
 
     def __init__(self) -> None:
-        self._pending = b""
+        self._events = SseSplitter(EVENT)
         self._ended = False
 
     @property
@@ -48,21 +51,20 @@ class EventRewriter:
 
     def feed(self, chunk: bytes) -> bytes:
         """Rewritten whole events from this chunk; an incomplete tail waits for the next."""
-        *events, self._pending = (self._pending + chunk).split(_END)
-        return b"".join(self.rewrite(event) + _END for event in events)
+        return b"".join(self.rewrite(event) + _END for event in self._events.feed(chunk))
 
     def flush(self) -> bytes:
         """What is left when the upstream stream ends, and the API's error if it ended early."""
-        rest, self._pending = self._pending, b""
+        rest = self._events.flush()
         rest = self.rewrite(rest) if rest.strip() else rest
         if self._ended:
             return rest
         if rest.strip():
             rest = rest.rstrip(b"\n") + _END
         early = f"the backend ended the stream before {self.LAST_EVENT}"
-        return rest + self.fail(502, early, "upstream_error")
+        return rest + self.fail(ApiError(502, early, code="upstream_error"))
 
-    def fail(self, status: int, message: str, code: str) -> bytes:
+    def fail(self, error: ApiError) -> bytes:
         """The API's error event(s) that end a stream the proxy cannot finish."""
         raise NotImplementedError
 
@@ -76,10 +78,7 @@ def split_event(event: bytes) -> tuple[list[bytes], int, Any]:
     lines = event.split(b"\n")
     for i, line in enumerate(lines):
         if line.startswith(b"data:"):
-            try:
-                return lines, i, json.loads(line[5:])
-            except ValueError:
-                return lines, i, None
+            return lines, i, data_of(line)
     return lines, -1, None
 
 

@@ -1,0 +1,196 @@
+"""Backend: what the API, the router and the metrics may ask of a backend, supervised or not."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from proxy.backends.devices import Device
+from proxy.backends.launch import LaunchSpec
+
+BackendState = Literal["starting", "ready", "unhealthy", "restarting", "stopped"]
+
+
+class BackendSaturatedError(Exception):
+    """All of a backend's slots are busy and its queue is full."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a prompt was processed: the server (an external backend's replica) and slot."""
+
+    url: str
+    slot: int | None = None
+
+
+@dataclass
+class SlotUse:
+    """One request's hold on a backend, as the backend admitted it; the backend writes it."""
+
+    device_wait_s: float = 0.0
+    # Where the request goes: the server (a replica of an external backend) and its device.
+    base_url: str = ""
+    device: str = ""
+    # How many requests decoded on the device at once, on average, while this one held its
+    # slot (itself included); set when the hold ends. None for a request that held none.
+    mean_load: float | None = None
+    # The llama-server slot the request is sent to (`id_slot`), where the proxy picks it.
+    slot_id: int | None = None
+
+
+# Asked when a hold ends without an exception: whether llama-server finished the request (an
+# answer relayed to its end). One it did not finish may still be computing on the device.
+Settled = Callable[[], bool]
+
+
+class ReplicaView(Protocol):
+    """One server of a backend, as /health and /metrics show it."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def in_flight(self) -> int: ...
+
+    @property
+    def reported(self) -> int | None: ...
+
+    @property
+    def failed_health_checks(self) -> int: ...
+
+    @property
+    def device(self) -> Device: ...
+
+    @property
+    def ready(self) -> bool: ...
+
+    @property
+    def load(self) -> int: ...
+
+
+class Backend(Protocol):
+    """A backend as everything above `proxy.backends` sees it: no caller tests its type."""
+
+    name: str
+    spec: LaunchSpec
+    limit: int
+    max_queue: int
+    queued: int
+    restarts: int
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def ready(self) -> bool: ...
+
+    @property
+    def load(self) -> int: ...
+
+    @property
+    def in_flight(self) -> int: ...
+
+    @property
+    def failed_health_checks(self) -> int: ...
+
+    @property
+    def device(self) -> Device: ...
+
+    @property
+    def spec_type(self) -> str | None: ...
+
+    @property
+    def draft_n_max(self) -> int: ...
+
+    @property
+    def saturated(self) -> bool: ...
+
+    @property
+    def queue_full(self) -> bool: ...
+
+    @property
+    def n_ctx(self) -> int | None: ...
+
+    @property
+    def context_free(self) -> int | None: ...
+
+    @property
+    def base_url(self) -> str: ...
+
+    @property
+    def server_urls(self) -> frozenset[str]: ...
+
+    @property
+    def pid(self) -> int | None: ...
+
+    @property
+    def replicas(self) -> Sequence[ReplicaView]:
+        """The servers it balances over; empty for a backend that is one process."""
+        ...
+
+    @property
+    def restartable(self) -> bool:
+        """Whether the proxy can give it a fresh process (it runs one)."""
+        ...
+
+    def slot(
+        self,
+        tokens: int = 0,
+        prefer: Placement | None = None,
+        place: bool = False,
+        settled: Settled | None = None,
+    ) -> AbstractAsyncContextManager[SlotUse]:
+        """Admission: its device's share and a concurrency slot, held for one request."""
+        ...
+
+    def mark_down(self, base_url: str | None = None) -> None: ...
+
+    def scrape_targets(self) -> list[tuple[str, dict[str, str]]]:
+        """Where its own llama-server metrics are read, with the labels each server adds."""
+        ...
+
+    def health_view(self) -> dict[str, Any]:
+        """Its part of GET /health."""
+        ...
+
+    def start(self) -> None: ...
+
+    async def wait_ready(self, timeout: float | None = None) -> bool: ...
+
+    async def stop(self) -> None: ...
+
+    async def restart(self, timeout: float | None = None) -> bool: ...
+
+
+async def wait_for(event: asyncio.Event, timeout: float | None) -> bool:
+    """Wait until the event is set; False if timeout passes first."""
+    try:
+        await asyncio.wait_for(event.wait(), timeout)
+    except TimeoutError:
+        return False
+    return True
+
+
+def common_health(b: Backend) -> dict[str, Any]:
+    """What /health shows of every backend, whatever serves it."""
+    return {
+        "state": b.state,
+        "kind": b.spec.config.kind,
+        "spec_type": b.spec_type,
+        "url": b.base_url,
+        "pid": b.pid,
+        "restarts": b.restarts,
+        "in_flight": b.in_flight,
+        "load": b.load,
+        "queued": b.queued,
+        "limit": b.limit,
+        "device": b.device.name,
+        # Tokens one request may hold (prompt and answer), as llama-server reports it.
+        "n_ctx": b.n_ctx,
+    }

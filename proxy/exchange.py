@@ -1,0 +1,88 @@
+"""Exchange: one request from arrival to its record, each fact written by the stage that knows."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.backends.backend import Backend, Placement, SlotUse
+from proxy.measurement import Measurement
+from proxy.routing.prefixes import Cached, PromptPrefix
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """What the router knows of a request's prompt before sending it: its prefix chain and
+    the client's session key."""
+
+    prefix: PromptPrefix
+    session: str | None
+    # For a request that offers tools (an agent's turn), what its session asks for.
+    agent: str | None = None
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where the router sent the request, and why."""
+
+    backend: Backend
+    reason: str
+    level: int
+    # What the router expected the backend to hold of the prompt.
+    cached: Cached
+
+
+@dataclass(frozen=True)
+class Admission:
+    """How the backend took the request: server, device, slot, and the wait for them."""
+
+    device: str
+    device_wait_s: float
+    placement: Placement
+    # The backend's concurrent requests, for how many prompts its slots keep.
+    slots: int
+
+    @classmethod
+    def of(cls, use: SlotUse, slots: int) -> Admission:
+        """From the backend's hold on the request."""
+        return cls(use.device, use.device_wait_s, Placement(use.base_url, use.slot_id), slots)
+
+
+@dataclass
+class Exchange:
+    """One request, owned by its handler and passed down: parse, classify, choose, admit,
+    relay, then one record step reads it all.
+
+    A stage writes only its own fields, once it knows them; a request that fails early leaves
+    the later ones empty, and the record step reads what there is.
+    """
+
+    endpoint: str
+    request_id: str
+    generates: bool = True
+    started: float = field(default_factory=time.monotonic)
+    # parse
+    body: dict[str, Any] = field(default_factory=dict)
+    requested_model: str | None = None
+    model: str = ""
+    # classify: the task class (None for a passthrough) and the prompt's cache key
+    task: str | None = None
+    prompt: Prompt | None = None
+    # choose
+    route: Route | None = None
+    # admit
+    admission: Admission | None = None
+    # Requests decoding at once on its device, on average over its hold (itself included).
+    mean_load: float | None = None
+    # relay: the upstream's answer, and whether other programs took a good share of the
+    # machine's CPUs while it ran
+    upstream: Measurement | None = None
+    contended: bool = False
+    # outcome: the status the client got (499 when it left before the answer)
+    status: int = 0
+
+    @property
+    def answered(self) -> bool:
+        """Whether the client had the whole answer (it may leave right after the last event)."""
+        return self.upstream is not None and self.upstream.answered
