@@ -62,6 +62,8 @@ class Exchange:
     request_id: str
     generates: bool = True
     started: float = field(default_factory=time.monotonic)
+    # Seconds the client took to send its body.
+    body_wait_s: float = 0.0
     # parse
     body: dict[str, Any] = field(default_factory=dict)
     requested_model: str | None = None
@@ -69,10 +71,15 @@ class Exchange:
     # classify: the task class (None for a passthrough) and the prompt's cache key
     task: str | None = None
     prompt: Prompt | None = None
+    # Seconds spent waiting before the choice: llama-server counting a long prompt's tokens,
+    # and room in a shared KV cache.
+    fit_wait_s: float = 0.0
     # choose
     route: Route | None = None
     # admit
     admission: Admission | None = None
+    # Seconds from asking the backend for a slot to holding it (the device and the queue).
+    admit_wait_s: float = 0.0
     # Requests decoding at once on its device, on average over its hold (itself included).
     mean_load: float | None = None
     # relay: the upstream's answer, and whether other programs took a good share of the
@@ -81,6 +88,15 @@ class Exchange:
     contended: bool = False
     # outcome: the status the client got (499 when it left before the answer)
     status: int = 0
+
+    def own_s(self, now: float) -> float:
+        """Seconds the proxy itself spent on the request: all of it but the waits on others
+        (the client's body, token counting, room, device and slot, the backend, the client
+        taking the answer)."""
+        waited = self.body_wait_s + self.fit_wait_s + self.admit_wait_s
+        if self.upstream is not None:
+            waited += self.upstream.waited_s
+        return max(now - self.started - waited, 0.0)
 
     @property
     def answered(self) -> bool:

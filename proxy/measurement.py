@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from proxy.tokens import StreamTally
 
+T = TypeVar("T")
 # The error of an answer whose client left before its end.
 CLIENT_GONE = "client disconnected"
 
@@ -26,6 +29,17 @@ class Measurement:
     # Whether the client had the stream's last event: one that leaves after it (Codex closes at
     # response.completed) left a finished answer, not an abandoned one.
     answered: bool = False
+    # Seconds the relay spent waiting on others: the backend (connecting, its answer) and the
+    # client (taking what was written). The rest of the relay's time is the proxy's own.
+    waited_s: float = 0.0
+
+    async def waiting(self, step: Awaitable[T]) -> T:
+        """Await a step that waits on the backend or the client, its time counted as waited."""
+        start = time.monotonic()
+        try:
+            return await step
+        finally:
+            self.waited_s += time.monotonic() - start
 
     @property
     def settled(self) -> bool:

@@ -30,6 +30,21 @@ _BACKEND_TIMEOUT_S = 1.0
 _REEXPORT_PREFIX = "llamacpp_"
 # Speeds from a 135M model on one CPU thread up to a small model on a data-centre GPU.
 _TOKENS_PER_S_BUCKETS = (1, 2.5, 5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 500, 1000, 2000)
+# The proxy's own share of a request: tenths of a millisecond up to a slow classification.
+_OWN_SECONDS_BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    1.0,
+)
 _SECONDS_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 log = get_logger("metrics")
 
@@ -120,6 +135,14 @@ class ProxyMetrics:
             per_backend,
             registry=r,
         )
+        self.own_time = Histogram(
+            "specproxy_proxy_overhead_seconds",
+            "Seconds each request spent in the proxy itself: its whole time less the waits on "
+            "others (the client's body, the backend, its device and slot, the client reading)",
+            ["endpoint"],
+            buckets=_OWN_SECONDS_BUCKETS,
+            registry=r,
+        )
         self.device_wait = Histogram(
             "specproxy_device_wait_seconds",
             "Seconds a request waited for its backend's device (0 when it started at once)",
@@ -146,6 +169,7 @@ class ProxyMetrics:
                 for reason in get_args(RouteReason):
                     self.route_decisions.labels(*labels, reason)
             for endpoint, tasks in endpoint_tasks.items():
+                self.own_time.labels(endpoint)
                 for task in tasks:
                     self.requests.labels(endpoint, name, spec, task, "200")
 
@@ -156,8 +180,10 @@ class ProxyMetrics:
         task = exchange.task or ""
         spec = self._spec_types.get(backend, "") if backend else ""
         labels = (backend, spec, task)
+        now = time.monotonic()
         self.requests.labels(exchange.endpoint, *labels, str(exchange.status)).inc()
-        self.duration.labels(*labels).observe(time.monotonic() - exchange.started)
+        self.duration.labels(*labels).observe(now - exchange.started)
+        self.own_time.labels(exchange.endpoint).observe(exchange.own_s(now))
         if route is None or not task:
             return
         self.route_decisions.labels(*labels, route.reason).inc()

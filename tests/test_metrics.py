@@ -37,6 +37,7 @@ REPEAT: list[ChatCompletionMessageParam] = [
 PATTERN = "1, 2, 3, " * 12
 DOCUMENTED = {
     "specproxy_requests",
+    "specproxy_proxy_overhead_seconds",
     "specproxy_route_decisions",
     "specproxy_exploration_requests",
     "specproxy_generation_tokens_per_second",

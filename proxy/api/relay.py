@@ -98,7 +98,7 @@ async def relay(
     wait = timeouts.first_token_s if stream else timeouts.whole_answer_s
     try:
         async with asyncio.timeout(wait):
-            upstream = await session.post(url, json=body)
+            upstream = await measured.waiting(session.post(url, json=body))
     except TimeoutError:
         raise _timed_out(backend, f"sent nothing within {wait:g} s") from None
     except aiohttp.ClientConnectorError as exc:
@@ -163,7 +163,7 @@ async def _relay_whole(
 ) -> web.Response:
     try:
         async with asyncio.timeout(remaining_s):
-            raw = await upstream.read()
+            raw = await measured.waiting(upstream.read())
     except TimeoutError:
         raise _timed_out(backend, f"did not finish within {limit_s:g} s") from None
     except aiohttp.ClientError as exc:
@@ -205,7 +205,7 @@ async def _relay_assembled(
     lines = SseSplitter()
     try:
         async with asyncio.timeout(remaining_s):
-            async for chunk in upstream.content.iter_any():
+            while chunk := await measured.waiting(upstream.content.readany()):
                 tally.scan(chunk)
                 for line in lines.feed(chunk):
                     event = data_of(line)
@@ -251,7 +251,7 @@ async def _relay_stream(
             "X-Accel-Buffering": "no",
         },
     )
-    await response.prepare(request)
+    await measured.waiting(response.prepare(request))
     measured.tally = StreamTally()
     rewriter = wire.rewriter(body)
     try:
@@ -281,7 +281,7 @@ async def _pump(
             wait = timeouts.idle_s if started else timeouts.first_token_s
             try:
                 async with asyncio.timeout(wait):
-                    chunk = await upstream.content.readany()
+                    chunk = await measured.waiting(upstream.content.readany())
             except TimeoutError:
                 what = (
                     f"stalled for {wait:g} s between tokens"
@@ -289,12 +289,12 @@ async def _pump(
                     else f"sent no token within {wait:g} s"
                 )
                 measured.status, measured.error = 504, what
-                await response.write(rewriter.fail(_timed_out(backend, what)))
+                await measured.waiting(response.write(rewriter.fail(_timed_out(backend, what))))
                 break
             if not chunk:
                 rest = rewriter.flush()
                 if rest:
-                    await response.write(rest)
+                    await measured.waiting(response.write(rest))
                 break
             started = True
             # Pings and prompt progress come while the prompt is processed: not a token.
@@ -304,7 +304,7 @@ async def _pump(
             tally.scan(chunk)
             out = rewriter.feed(chunk)
             if out:
-                await response.write(out)
+                await measured.waiting(response.write(out))
     except (ConnectionResetError, aiohttp.ClientConnectionResetError):
         # Codex closes the connection as soon as response.completed arrives.
         measured.error = None if rewriter.ended else CLIENT_GONE
@@ -314,11 +314,11 @@ async def _pump(
         measured.status = 502
         failed = ApiError(502, f"backend {backend!r} failed mid-stream: {exc}", "upstream_error")
         try:
-            await response.write(rewriter.fail(failed))
+            await measured.waiting(response.write(rewriter.fail(failed)))
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):
             return response
     try:
-        await response.write_eof()
+        await measured.waiting(response.write_eof())
     except (ConnectionResetError, aiohttp.ClientConnectionResetError):
         measured.error = measured.error or (None if rewriter.ended else CLIENT_GONE)
     return response

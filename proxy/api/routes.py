@@ -97,6 +97,8 @@ class _Fit:
     backends: list[Backend]
     tokens: int
     prompt_tokens: int = 0
+    # Seconds spent waiting on others: llama-server counting the prompt, room in the cache.
+    waited_s: float = 0.0
 
 
 async def _backends_that_fit(
@@ -116,10 +118,13 @@ async def _backends_that_fit(
     known = [b.n_ctx for b in pool if b.ready and b.n_ctx is not None]
     tokens = estimate_tokens(body_bytes)
     pinned = backends.get(model)
+    waited = 0.0
     if known and may_overflow(body_bytes, min(known)):
         ready = [b for b in pool if b.ready]
         counter = pinned if pinned is not None and pinned.ready else ready[0]
+        counting = time.monotonic()
         counted = await count_prompt_tokens(app[SESSION], counter.base_url, surface.endpoint, body)
+        waited += time.monotonic() - counting
         tokens = counted if counted is not None else tokens
         # llama-server refuses a prompt of n_ctx tokens or more; the answer may use the rest.
         fit = [b for b in pool if b.n_ctx is None or b.n_ctx > tokens]
@@ -139,8 +144,9 @@ async def _backends_that_fit(
             if b.context_free is None or b.context_free >= min(held, b.n_ctx or held)
         ]
         if room:
-            return _Fit(room if pinned is None else pool, held, tokens)
+            return _Fit(room if pinned is None else pool, held, tokens, waited)
         await asyncio.sleep(_ROOM_POLL_S)
+        waited += _ROOM_POLL_S
     raise ApiError(
         503,
         f"no backend has room for this request's {tokens} prompt tokens beside the requests "
@@ -264,12 +270,15 @@ def _headers(exchange: Exchange, route: Route) -> dict[str, str]:
 async def _serve(request: web.Request, surface: Surface, exchange: Exchange) -> web.StreamResponse:
     """parse → classify → choose → admit → relay; the record step reads `exchange` after."""
     app = request.app
+    reading = time.monotonic()
     raw = await request.read()
+    exchange.body_wait_s = time.monotonic() - reading
     _parse(app, surface, raw, exchange)
     # The body as llama-server takes it (a client's shape adjusted), made once.
     shaped = surface.upstream(exchange.body)
     _classify(app, surface, request.headers, shaped, exchange)
     fit = await _backends_that_fit(app, surface, shaped, len(raw), exchange.model)
+    exchange.fit_wait_s = fit.waited_s
     body = _upstream_body(surface, exchange.body, shaped)
     budget = answer_budget(exchange.body)
     # An unreachable backend received nothing, so an unpinned request may try one other.
@@ -319,8 +328,10 @@ async def _admit_and_relay(
     meter = app[CPU]
     use: SlotUse | None = None
     target = ""  # the server the request went to: a replica of an external backend
+    asked = time.monotonic()
     try:
         async with hold as use:
+            exchange.admit_wait_s = time.monotonic() - asked
             admission = exchange.admission = Admission.of(use, backend.limit)
             target = admission.placement.url
             if use.slot_id is not None:
