@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Installs, once, the Debian packages provisioning and tests need: build tools, Prometheus, and
-# podman, runc and debootstrap for the container image tests.
+# podman, runc and debootstrap for the container image tests, chromium for the status page test.
 set -euo pipefail
 need=()
 for pair in cmake:cmake g++:g++ ninja:ninja-build ccache:ccache prometheus:prometheus \
-  podman:podman runc:runc debootstrap:debootstrap; do
+  podman:podman runc:runc debootstrap:debootstrap chromium:chromium; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair##*:}")
 done
 [ ${#need[@]} -eq 0 ] && exit 0

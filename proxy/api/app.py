@@ -12,8 +12,9 @@ from aiohttp import web
 
 from proxy.api.auth import api_key_middleware
 from proxy.api.errors import openai_errors
+from proxy.api.recent import RecentRequests
 from proxy.api.routes import add_routes
-from proxy.api.state import CPU, METRICS, POOL, ROUTER, SESSION, SETTINGS
+from proxy.api.state import CPU, METRICS, POOL, RECENT, ROUTER, SESSION, SETTINGS
 from proxy.api.surfaces import SURFACES
 from proxy.backends.contention import CpuMeter
 from proxy.backends.discovery import Resolver
@@ -53,6 +54,7 @@ def build_app(
     app[ROUTER] = Router(TaskClassifier(), policy, scoreboard, ModelAliases(settings.model_aliases))
     # The proxy's own llama-servers are not "other programs" to the contention meter.
     app[CPU] = CpuMeter(lambda: [b.pid for b in app[POOL]] if POOL in app else [])
+    app[RECENT] = RecentRequests()
     app[METRICS] = ProxyMetrics(
         {s.config.name: s.config.spec_type for s in specs},
         scoreboard,

@@ -9,8 +9,10 @@ from aiohttp import web
 from proxy.api.errors import ApiError, Handler
 
 # Health and metrics stay open so load balancers and Prometheus need no secret; `/` says only
-# what this server is (Claude Code checks it with a HEAD before sending its key).
-OPEN_PATHS = frozenset({"/", "/health", "/metrics"})
+# what this server is (Claude Code checks it with a HEAD before sending its key). The status
+# page shows what /health and /metrics do, and the last requests' routes, never their text:
+# a browser sends no key.
+OPEN_PATHS = frozenset({"/", "/health", "/metrics", "/ui", "/ui/live"})
 
 
 def api_key_middleware(keys: list[bytes]) -> web.middleware:  # type: ignore[valid-type]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
+
 from aiohttp import web
 
-from proxy.api.state import METRICS, ROUTER, SETTINGS
+from proxy.api.state import METRICS, RECENT, ROUTER, SETTINGS
 from proxy.exchange import Exchange
 from proxy.llamacpp import Timings
 from proxy.log import get_logger
@@ -20,6 +22,7 @@ _MEASURED = (None, CLIENT_GONE)
 def record(app: web.Application, exchange: Exchange) -> None:
     """Feed one finished request, errors included, to everything that learns from it; once."""
     app[METRICS].observe(exchange)
+    app[RECENT].add(exchange, time.monotonic())
     route, upstream = exchange.route, exchange.upstream
     if route is None or upstream is None:
         return  # refused before any backend was chosen: the metrics count it

@@ -25,6 +25,7 @@ from proxy.api.errors import ApiError
 from proxy.api.record import record
 from proxy.api.relay import RelayTimeouts, relay
 from proxy.api.state import CPU, METRICS, POOL, ROUTER, SESSION, SETTINGS
+from proxy.api.status_page import status_live, status_page
 from proxy.api.surfaces import SURFACES, Surface
 from proxy.backends.backend import Backend, BackendSaturatedError, SlotUse
 from proxy.exchange import Admission, Exchange, Prompt, Route
@@ -506,7 +507,10 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def index(request: web.Request) -> web.Response:
-    """GET / (and HEAD /, which Claude Code sends first): what this server is, where to go."""
+    """GET / (and HEAD /, which Claude Code sends first): what this server is, where to go;
+    a browser is sent to the status page."""
+    if "text/html" in request.headers.get("Accept", ""):
+        raise web.HTTPFound("/ui")
     return web.json_response(
         {
             "service": "specproxy",
@@ -514,6 +518,7 @@ async def index(request: web.Request) -> web.Response:
             "health": "/health",
             "metrics": "/metrics",
             "scoreboard": "/scoreboard",
+            "status_page": "/ui",
             "apis": [s.path for s in SURFACES],
         }
     )
@@ -528,4 +533,6 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/scoreboard", scoreboard)
+    app.router.add_get("/ui", status_page)
+    app.router.add_get("/ui/live", status_live)
     app.router.add_post("/admin/backends/{name}/restart", restart_backend)

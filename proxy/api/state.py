@@ -5,6 +5,7 @@ from __future__ import annotations
 import aiohttp
 from aiohttp import web
 
+from proxy.api.recent import RecentRequests
 from proxy.backends.contention import CpuMeter
 from proxy.backends.pool import BackendPool
 from proxy.config import Settings
@@ -17,3 +18,4 @@ ROUTER = web.AppKey("router", Router)
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 METRICS = web.AppKey("metrics", ProxyMetrics)
 CPU = web.AppKey("cpu", CpuMeter)
+RECENT = web.AppKey("recent", RecentRequests)

@@ -1,0 +1,192 @@
+"""The status page at /ui: backends, devices, measured speeds and the last requests, live.
+
+Rendered here as plain HTML, with no build step and no framework: the page refreshes its live
+part from /ui/live every two seconds with a few lines of script, and without script it reloads
+itself every five.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from html import escape
+
+from aiohttp import web
+
+from proxy.api.state import POOL, RECENT, ROUTER
+from proxy.backends.backend import Backend
+
+REFRESH_MS = 2000
+
+_STYLE = """
+body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #1d1d1f; }
+h1 { font-size: 1.4em; margin: 0 0 .2em; } h2 { font-size: 1.1em; margin: 1.4em 0 .4em; }
+table { border-collapse: collapse; } td, th { padding: .25em .7em; text-align: left; }
+th { background: #f0f0f3; font-weight: 600; } tr:nth-child(even) td { background: #fafafc; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.ready, .ok { color: #137333; } .unhealthy, .stopped, .error { color: #b3261e; }
+.starting, .restarting, .degraded { color: #a15c00; } .muted { color: #6e6e73; }
+"""
+
+_SCRIPT = f"""
+const live = document.getElementById("live");
+setInterval(async () => {{
+  try {{
+    const answer = await fetch("/ui/live", {{cache: "no-store"}});
+    if (answer.ok) live.innerHTML = await answer.text();
+  }} catch (e) {{ /* the proxy is restarting: try again at the next tick */ }}
+}}, {REFRESH_MS});
+"""
+
+
+def _table(headers: Sequence[str], rows: Iterable[Sequence[object]], numeric: int = 0) -> str:
+    """An HTML table; the last `numeric` columns are right-aligned numbers."""
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = []
+    for row in rows:
+        cells = []
+        for i, value in enumerate(row):
+            cls = ' class="num"' if i >= len(row) - numeric else ""
+            text = value if isinstance(value, _Html) else escape(_text(value))
+            cells.append(f"<td{cls}>{text}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    if not body:
+        body.append(f'<tr><td colspan="{len(headers)}" class="muted">none yet</td></tr>')
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+class _Html(str):
+    """Markup already escaped."""
+
+
+def _state(value: str) -> _Html:
+    return _Html(f'<span class="{escape(value)}">{escape(value)}</span>')
+
+
+def _text(value: object) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.3f}" if value < 10 else f"{value:.1f}"
+    return str(value)
+
+
+def _backends(backends: Sequence[Backend]) -> str:
+    rows: list[Sequence[object]] = []
+    for b in backends:
+        where = ", ".join(f"{r.url} ({r.state}, {r.in_flight} in flight)" for r in b.replicas) or (
+            b.base_url or "–"
+        )
+        rows.append(
+            (
+                b.name,
+                _state(b.state),
+                b.spec.config.kind,
+                b.device.name,
+                where,
+                b.in_flight,
+                b.queued,
+                b.limit,
+                b.restarts,
+                b.n_ctx,
+            )
+        )
+    headers = ("backend", "state", "kind", "device", "server", "in flight", "queued", "limit")
+    return _table((*headers, "restarts", "context"), rows, numeric=5)
+
+
+def _devices(request: web.Request) -> str:
+    rows = []
+    for name, device in request.app[POOL].devices.items():
+        s = device.state()
+        running = ", ".join(s.running) if s.running else "–"
+        rows.append((name, running, s.capacity, s.in_use, s.waiting, s.busy_s))
+    return _table(("device", "decoding", "capacity", "in use", "waiting", "busy s"), rows, 4)
+
+
+def _speeds(request: web.Request) -> str:
+    board = request.app[ROUTER].scoreboard
+    rows = []
+    for (backend, task, level), est in board.items():
+        low, high = est.interval(board.alpha)
+        acceptance = None if est.acceptance is None else f"{est.acceptance:.0%}"
+        rows.append(
+            (
+                backend,
+                task,
+                level,
+                "busy machine" if est.contended else "quiet",
+                est.tokens_per_s,
+                f"{low:.1f}–{high:.1f}",
+                acceptance,
+                est.samples,
+            )
+        )
+    headers = ("backend", "class", "load", "measured on", "tokens/s", "90 % interval")
+    return _table((*headers, "acceptance", "samples"), rows, numeric=4)
+
+
+def _recent(request: web.Request) -> str:
+    rows = []
+    for r in request.app[RECENT]:
+        at = datetime.fromtimestamp(r.at, UTC).strftime("%H:%M:%S")
+        status = _Html(f'<span class="{"ok" if r.status == 200 else "error"}">{r.status}</span>')
+        rows.append(
+            (
+                at,
+                r.endpoint,
+                r.model,
+                r.backend,
+                r.task,
+                r.route,
+                status,
+                r.tokens,
+                r.tokens_per_s or None,
+                r.ttft_s,
+                r.duration_s,
+            )
+        )
+    headers = ("finished (UTC)", "endpoint", "model", "backend", "class", "route", "status")
+    return _table((*headers, "tokens", "tokens/s", "TTFT s", "took s"), rows, numeric=4)
+
+
+def live_html(request: web.Request) -> str:
+    """The part of the page that refreshes: everything but its frame."""
+    pool = request.app[POOL]
+    backends = list(pool)
+    ready = sum(b.ready for b in backends)
+    overall = "ok" if ready == len(backends) else "degraded" if ready else "unavailable"
+    recent = request.app[RECENT]
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return (
+        f"<p>{_state(overall)} · {ready} of {len(backends)} backends ready · "
+        f"{recent.total} requests served · updated {stamp}</p>"
+        f"<h2>Backends</h2>{_backends(backends)}"
+        f"<h2>Devices</h2>{_devices(request)}"
+        f"<h2>Measured speed per class and load</h2>{_speeds(request)}"
+        f"<h2>Last requests</h2>{_recent(request)}"
+    )
+
+
+async def status_page(request: web.Request) -> web.Response:
+    """GET /ui: the whole page."""
+    page = (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        '<noscript><meta http-equiv="refresh" content="5"></noscript>'
+        f"<title>specproxy status</title><style>{_STYLE}</style></head><body>"
+        "<h1>specproxy</h1>"
+        '<p class="muted">Backends, devices, what the router measured and the last requests '
+        '(never their text). JSON: <a href="/health">/health</a>, '
+        '<a href="/scoreboard">/scoreboard</a>, <a href="/metrics">/metrics</a>.</p>'
+        f'<div id="live">{live_html(request)}</div>'
+        f"<script>{_SCRIPT}</script></body></html>"
+    )
+    return web.Response(text=page, content_type="text/html")
+
+
+async def status_live(request: web.Request) -> web.Response:
+    """GET /ui/live: the page's live part, which its script swaps in."""
+    return web.Response(
+        text=live_html(request), content_type="text/html", headers={"Cache-Control": "no-store"}
+    )
