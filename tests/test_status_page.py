@@ -60,7 +60,7 @@ async def test_the_page_shows_every_backend_and_the_last_requests_without_their_
             await double.stop()
     for name in ("plain", "ngram"):
         assert f"<td>{name}</td>" in live
-    assert "1 requests served" in live and "<td>chat</td><td>ngram</td>" in live
+    assert "1 request served" in live and "<td>chat</td><td>ngram</td>" in live
     assert "a prompt nobody may read" not in html + live
     assert live in html, "the page's live part is what /ui/live serves"
     assert browser.status == 302 and browser.headers["Location"] == "/ui"
@@ -143,7 +143,7 @@ async def headless_chromium(http: aiohttp.ClientSession) -> AsyncIterator[DevToo
 def _served(summary: str) -> int:
     """The page's count of requests served, from its summary line."""
     words = summary.split()
-    return int(words[words.index("requests") - 1])
+    return int(words[words.index("served") - 2])
 
 
 async def _wait_until(page: DevTools, selector: str, holds: Any, timeout: float) -> str:

@@ -160,7 +160,8 @@ def live_html(request: web.Request) -> str:
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     return (
         f"<p>{_state(overall)} · {ready} of {len(backends)} backends ready · "
-        f"{recent.total} requests served · updated {stamp}</p>"
+        f"{recent.total} {'request' if recent.total == 1 else 'requests'} served · "
+        f"updated {stamp}</p>"
         f"<h2>Backends</h2>{_backends(backends)}"
         f"<h2>Devices</h2>{_devices(request)}"
         f"<h2>Measured speed per class and load</h2>{_speeds(request)}"
