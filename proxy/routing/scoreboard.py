@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -277,7 +278,9 @@ class Scoreboard:
                 {"intent": i, "task": t, "tokens": n} for (i, t), n in self._agent_tokens.items()
             ],
         }
-        tmp = path.with_name(path.name + ".tmp")
+        # A name of its own: proxies sharing one file (a volume in Kubernetes) may save at the
+        # same moment, and a shared temporary name would make one's rename fail.
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
         tmp.write_text(json.dumps(document, indent=1))
         os.replace(tmp, path)
 
