@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import get_args
+from typing import Any, get_args
 
 import aiohttp
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -60,6 +60,7 @@ class ProxyMetrics:
     ) -> None:
         """endpoint_tasks: each generating endpoint and the task classes its requests get."""
         self.registry = CollectorRegistry()
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._spec_types = {name: spec or "none" for name, spec in spec_types.items()}
         self.registry.register(_ScoreboardCollector(scoreboard))
         per_backend = ["backend", "spec_type", "task"]
@@ -173,6 +174,15 @@ class ProxyMetrics:
                 for task in tasks:
                     self.requests.labels(endpoint, name, spec, task, "200")
 
+    def _child(self, metric: Counter | Histogram, *labels: str) -> Any:
+        """The metric's series for these labels, looked up once: prometheus_client's labels()
+        takes a lock and validates every call, a good share of a request's own cost."""
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
     def observe(self, exchange: Exchange) -> None:
         """Count one finished request; called exactly once per request, errors included."""
         route = exchange.route
@@ -180,33 +190,34 @@ class ProxyMetrics:
         task = exchange.task or ""
         spec = self._spec_types.get(backend, "") if backend else ""
         labels = (backend, spec, task)
+        child = self._child
         now = time.monotonic()
-        self.requests.labels(exchange.endpoint, *labels, str(exchange.status)).inc()
-        self.duration.labels(*labels).observe(now - exchange.started)
-        self.own_time.labels(exchange.endpoint).observe(exchange.own_s(now))
+        child(self.requests, exchange.endpoint, *labels, str(exchange.status)).inc()
+        child(self.duration, *labels).observe(now - exchange.started)
+        child(self.own_time, exchange.endpoint).observe(exchange.own_s(now))
         if route is None or not task:
             return
-        self.route_decisions.labels(*labels, route.reason).inc()
+        child(self.route_decisions, *labels, route.reason).inc()
         if route.reason == "explore":
-            self.explorations.labels(*labels).inc()
+            child(self.explorations, *labels).inc()
         upstream = exchange.upstream
         if upstream is None:
             return
         if upstream.ttft_s is not None:
-            self.ttft.labels(*labels).observe(upstream.ttft_s)
+            child(self.ttft, *labels).observe(upstream.ttft_s)
         admission = exchange.admission
         if admission is not None:
-            self.device_wait.labels(admission.device, backend).observe(admission.device_wait_s)
+            child(self.device_wait, admission.device, backend).observe(admission.device_wait_s)
         timings = Timings.parse(upstream.timings)
         # Counted whatever the status: these are tokens the backend really processed, which is
         # what its own llamacpp:* counters count too.
-        self.generated.labels(*labels).inc(timings.predicted_n)
-        self.prompt.labels(*labels).inc(timings.prompt_n)
-        self.cached.labels(*labels).inc(timings.cache_n)
-        self.drafted.labels(*labels).inc(timings.draft_n)
-        self.accepted.labels(*labels).inc(timings.draft_n_accepted)
+        child(self.generated, *labels).inc(timings.predicted_n)
+        child(self.prompt, *labels).inc(timings.prompt_n)
+        child(self.cached, *labels).inc(timings.cache_n)
+        child(self.drafted, *labels).inc(timings.draft_n)
+        child(self.accepted, *labels).inc(timings.draft_n_accepted)
         if timings.tokens_per_s > 0:
-            self.tokens_per_s.labels(*labels).observe(timings.tokens_per_s)
+            child(self.tokens_per_s, *labels).observe(timings.tokens_per_s)
 
     async def render(
         self,

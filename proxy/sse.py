@@ -8,7 +8,7 @@ is handled, once, the same way everywhere.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 LINE: Final = b"\n"
@@ -52,27 +52,16 @@ def is_done(line: bytes) -> bool:
     return line.startswith(b"data:") and line[5:].strip() == DONE
 
 
+def _data_in(lines: Iterable[bytes]) -> Iterator[Any]:
+    for line in lines:
+        data = data_of(line.rstrip(b"\r"))
+        if data is not None:
+            yield data
+
+
 def iter_data(chunks: Iterable[bytes]) -> Iterator[Any]:
     """The JSON of each `data:` line of a stream read synchronously (requests, http.client)."""
     splitter = SseSplitter()
     for chunk in chunks:
-        for line in splitter.feed(chunk):
-            data = data_of(line.rstrip(b"\r"))
-            if data is not None:
-                yield data
-    last = data_of(splitter.flush().rstrip(b"\r"))
-    if last is not None:
-        yield last
-
-
-async def aiter_data(chunks: AsyncIterable[bytes]) -> AsyncIterator[Any]:
-    """The JSON of each `data:` line of a stream read with asyncio (aiohttp)."""
-    splitter = SseSplitter()
-    async for chunk in chunks:
-        for line in splitter.feed(chunk):
-            data = data_of(line.rstrip(b"\r"))
-            if data is not None:
-                yield data
-    last = data_of(splitter.flush().rstrip(b"\r"))
-    if last is not None:
-        yield last
+        yield from _data_in(splitter.feed(chunk))
+    yield from _data_in([splitter.flush()])

@@ -157,3 +157,48 @@ async def test_a_whole_answer_is_assembled_from_a_stream_and_a_leaving_client_st
             )
         await asyncio.sleep(0.5)
         assert double.processing == 0, "llama-server kept generating for a client that left"
+
+
+async def test_a_backend_that_does_not_accept_in_time_is_unreachable_not_a_token_timeout() -> None:
+    import socket
+
+    import aiohttp
+
+    from proxy.api.errors import ApiError
+    from proxy.api.relay import RelayTimeouts, relay
+    from proxy.measurement import Measurement
+
+    # A listener whose accept queue is full: the kernel drops further SYNs, so a connect hangs,
+    # as it does against a server too busy to accept.
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    fillers = []
+    for _ in range(4):
+        filler = socket.socket()
+        filler.setblocking(False)
+        filler.connect_ex(("127.0.0.1", port))
+        fillers.append(filler)
+    await asyncio.sleep(0.1)
+    timeout = aiohttp.ClientTimeout(total=None, connect=0.3)
+    timeouts = RelayTimeouts(first_token_s=60, idle_s=60, whole_answer_s=60)
+    try:
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            with pytest.raises(ApiError) as caught:
+                await relay(
+                    None,  # type: ignore[arg-type]  # a whole answer reads no client request
+                    session,
+                    "busy",
+                    f"http://127.0.0.1:{port}/completion",
+                    {"prompt": "hi"},
+                    {},
+                    timeouts,
+                    Measurement(),
+                )
+    finally:
+        for s in (*fillers, listener):
+            s.close()
+    # Not "sent nothing within 60 s": nothing was sent, so another backend may take it.
+    assert caught.value.status == 502 and caught.value.code == "backend_unreachable"
+    assert "did not accept a connection in time" in caught.value.message

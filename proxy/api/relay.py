@@ -99,6 +99,14 @@ async def relay(
     try:
         async with asyncio.timeout(wait):
             upstream = await measured.waiting(session.post(url, json=body))
+    except aiohttp.ConnectionTimeoutError as exc:
+        # Before TimeoutError, which it is too: nothing was sent, so another backend may serve.
+        raise ApiError(
+            502,
+            f"backend {backend!r} did not accept a connection in time ({exc}); it may be "
+            "overloaded, or raise connect_timeout_s in the config",
+            code="backend_unreachable",
+        ) from exc
     except TimeoutError:
         raise _timed_out(backend, f"sent nothing within {wait:g} s") from None
     except aiohttp.ClientConnectorError as exc:

@@ -74,33 +74,29 @@ class ReplicaView(Protocol):
     def load(self) -> int: ...
 
 
-class Backend(Protocol):
-    """A backend as everything above `proxy.backends` sees it: no caller tests its type."""
+class DeviceView(Protocol):
+    """What routing needs to know about the device a backend decodes on."""
+
+    def admits(self, backend: str) -> bool: ...
+
+    def next_up(self) -> str | None: ...
+
+
+class RoutableBackend(Protocol):
+    """What the routing policy needs to know about a backend."""
 
     name: str
-    spec: LaunchSpec
-    limit: int
-    max_queue: int
-    queued: int
-    restarts: int
 
     @property
-    def state(self) -> str: ...
+    def load(self) -> int:
+        """Requests in flight where its next request would go, other proxies' included."""
+        ...
+
+    @property
+    def device(self) -> DeviceView: ...
 
     @property
     def ready(self) -> bool: ...
-
-    @property
-    def load(self) -> int: ...
-
-    @property
-    def in_flight(self) -> int: ...
-
-    @property
-    def failed_health_checks(self) -> int: ...
-
-    @property
-    def device(self) -> Device: ...
 
     @property
     def spec_type(self) -> str | None: ...
@@ -113,6 +109,28 @@ class Backend(Protocol):
 
     @property
     def queue_full(self) -> bool: ...
+
+
+class Backend(RoutableBackend, Protocol):
+    """A backend as everything above `proxy.backends` sees it: no caller tests its type."""
+
+    spec: LaunchSpec
+    limit: int
+    max_queue: int
+    queued: int
+    restarts: int
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def in_flight(self) -> int: ...
+
+    @property
+    def failed_health_checks(self) -> int: ...
+
+    @property
+    def device(self) -> Device: ...
 
     @property
     def n_ctx(self) -> int | None: ...

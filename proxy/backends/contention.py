@@ -19,6 +19,9 @@ from pathlib import Path
 CONTENDED_SHARE = 0.25
 # The window `quiet_now` looks back over: long enough for the kernel's 10-ms ticks to add up.
 _RECENT_S = 1.0
+# A snapshot this young is reused: reading /proc costs about half a millisecond, and a request
+# shorter than this decodes too little for its speed to be distorted or to matter.
+_FRESH_S = 0.05
 _PROC = Path("/proc")
 
 
@@ -63,9 +66,18 @@ class CpuMeter:
         self._own_pids = own_pids
         self._mark: tuple[float, CpuSnapshot | None] | None = None
         self._recent: float | None = None
+        self._last: tuple[float, CpuSnapshot | None] | None = None
 
     def snapshot(self) -> CpuSnapshot | None:
-        """The counters now, or None where the kernel does not offer them."""
+        """The counters now (read at most every 50 ms), or None where the kernel has none."""
+        now = time.monotonic()
+        if self._last is not None and now - self._last[0] < _FRESH_S:
+            return self._last[1]
+        snap = self._read()
+        self._last = (now, snap)
+        return snap
+
+    def _read(self) -> CpuSnapshot | None:
         machine = _machine()
         if machine is None:
             return None

@@ -5,8 +5,9 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal
 
+from proxy.backends.backend import RoutableBackend
 from proxy.routing.prefixes import WORTH_FOLLOWING_TOKENS
 from proxy.routing.scoreboard import Estimate, Scoreboard, load_level
 
@@ -58,43 +59,6 @@ _AGENT_MIX_PRIOR: dict[str, dict[str, float]] = {
     "question": {"code": 0.3, "prose": 0.7},
     "other": {"code": 1.0},
 }
-
-
-class DeviceView(Protocol):
-    """What the policy needs to know about the device a backend decodes on."""
-
-    def admits(self, backend: str) -> bool: ...
-
-    def next_up(self) -> str | None: ...
-
-
-class RoutableBackend(Protocol):
-    """What the policy needs to know about a backend."""
-
-    name: str
-
-    @property
-    def load(self) -> int:
-        """Requests in flight where its next request would go, other proxies' included."""
-        ...
-
-    @property
-    def device(self) -> DeviceView: ...
-
-    @property
-    def ready(self) -> bool: ...
-
-    @property
-    def spec_type(self) -> str | None: ...
-
-    @property
-    def draft_n_max(self) -> int: ...
-
-    @property
-    def saturated(self) -> bool: ...
-
-    @property
-    def queue_full(self) -> bool: ...
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Literal, TypeVar
 
+from proxy.backends.backend import RoutableBackend
 from proxy.llamacpp import Timings
 from proxy.routing.aliases import ModelAliases
 from proxy.routing.classifier import TaskClassifier
-from proxy.routing.policy import RequestCost, RoutableBackend, RouteChoice, RoutePolicy
+from proxy.routing.policy import RequestCost, RouteChoice, RoutePolicy
 from proxy.routing.prefixes import PrefixCache
 from proxy.routing.scoreboard import Outcome, Scoreboard
 from proxy.tasks import AUTO_MODEL, AUTO_TASK_MODELS, TASK_CLASSES
