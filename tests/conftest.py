@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import openai
 import pytest
+
+from tests.helpers import clean_env, free_port, remove_specproxy_env, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_CONFIG = ROOT / "tests" / "configs" / "test.yaml"
@@ -44,21 +43,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
 
 
-def wait_until(condition, timeout: float) -> bool:  # type: ignore[no-untyped-def]
-    """Poll condition every 50 ms until it holds (True) or timeout passes (False)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
+@pytest.fixture(autouse=True)
+def _no_callers_specproxy_env(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fast tier runs as if no SPECPROXY_* variable were set, whatever the caller's shell has:
+    the in-process proxy's Settings read them, and so do the CLI runs that inherit os.environ.
+    (Module-scoped fixtures start before this one: tests/inprocess.py removes them itself.)
 
-
-def free_port() -> int:
-    """A loopback port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    Integration tests keep the caller's environment, for the few knobs of the harness itself
+    (SPECPROXY_IMAGE_BASE, the llama-server of tests/test_mtp_model.py); the proxies they spawn
+    get `clean_env()`, without SPECPROXY_* unless the test sets them.
+    """
+    if request.node.get_closest_marker("integration") is None:
+        remove_specproxy_env(monkeypatch)
 
 
 def get_json(url: str, timeout: float = 5) -> tuple[int, dict[str, object]]:
@@ -90,19 +88,19 @@ class RunningProxy:
         assert isinstance(backends, dict)
         return {name: b["pid"] for name, b in backends.items() if b["pid"]}
 
+    def log_tail(self) -> str:
+        return self.log_path.read_text()[-3000:]
+
     def wait_ready(self, timeout: float = 300) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def ready() -> bool:
             if self.process.poll() is not None:
-                raise RuntimeError(f"proxy exited:\n{self.log_path.read_text()[-3000:]}")
-            try:
-                status, body = get_json(f"{self.url}/health", timeout=2)
-                if status == 200 and body.get("status") == "ok":
-                    return
-            except OSError:
-                pass
-            time.sleep(0.3)
-        raise TimeoutError(f"proxy not ready in {timeout}s:\n{self.log_path.read_text()[-3000:]}")
+                raise RuntimeError(f"proxy exited:\n{self.log_tail()}")
+            status, body = get_json(f"{self.url}/health", timeout=2)
+            return status == 200 and body.get("status") == "ok"
+
+        wait_for(
+            ready, timeout, lambda: f"the proxy to be ready:\n{self.log_tail()}", 0.3, (OSError,)
+        )
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -115,16 +113,18 @@ class RunningProxy:
 
 
 def start_proxy(config: Path, log_path: Path, **env: str) -> RunningProxy:
-    """Start `python -m proxy serve` on a free port with this config; does not wait."""
+    """Start `python -m proxy serve` on a free port with this config; does not wait.
+
+    Its environment has no SPECPROXY_* variable of the caller's: only these and `env`.
+    """
     port = free_port()
-    environ = {
-        **os.environ,
+    defaults = {
         "SPECPROXY_PORT": str(port),
         "SPECPROXY_LOG_FORMAT": "json",
         # Each proxy measures afresh unless a test shares a file on purpose.
         "SPECPROXY_SCOREBOARD_FILE": str(log_path.with_suffix(".scoreboard.json")),
-        **env,
     }
+    environ = clean_env(**{**defaults, **env})
     with log_path.open("w") as log_file:
         process = subprocess.Popen(
             [sys.executable, "-m", "proxy", "--config", str(config), "serve"],
@@ -150,18 +150,26 @@ def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProxy]:
         running.stop()
 
 
+def openai_client(url: str, **kw: object) -> openai.OpenAI:
+    """The official OpenAI client for a proxy at `url`, without retries: use it in a `with`."""
+    options: dict[str, object] = {"api_key": "unused", "max_retries": 0, "timeout": 120, **kw}
+    return openai.OpenAI(base_url=f"{url}/v1", **options)  # type: ignore[arg-type]
+
+
 @pytest.fixture(scope="session")
-def client(proxy: RunningProxy) -> openai.OpenAI:
-    """The official OpenAI client pointed at the proxy."""
-    return openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="unused", max_retries=0, timeout=120)
+def client(proxy: RunningProxy) -> Iterator[openai.OpenAI]:
+    """The official OpenAI client pointed at the proxy, closed at the end of the session."""
+    with openai_client(proxy.url) as sdk:
+        yield sdk
 
 
 @pytest.fixture
-def async_client(proxy: RunningProxy) -> openai.AsyncOpenAI:
-    """The official async OpenAI client pointed at the proxy."""
-    return openai.AsyncOpenAI(
+async def async_client(proxy: RunningProxy) -> AsyncIterator[openai.AsyncOpenAI]:
+    """The official async OpenAI client pointed at the proxy, closed after the test."""
+    async with openai.AsyncOpenAI(
         base_url=f"{proxy.url}/v1", api_key="unused", max_retries=0, timeout=120
-    )
+    ) as sdk:
+        yield sdk
 
 
 @pytest.fixture(scope="session")

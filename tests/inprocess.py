@@ -1,4 +1,6 @@
-"""The proxy built in-process in front of llama-server doubles: the fast tier's harness."""
+"""The proxy built in-process in front of llama-server stubs (tests/llama_double.py): the fast
+tier's harness. No llama-server, no model, no subprocess: tests using only this run in the
+`-m "not integration"` tier (tests/conftest.py marks only tests of real-backend fixtures)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import openai
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -17,16 +20,17 @@ from proxy.api.state import POOL
 from proxy.backends.discovery import Resolver
 from proxy.backends.launch import prepare_backends
 from proxy.config import Settings
+from tests.helpers import without_specproxy_env
 from tests.llama_double import Behaviour, LlamaServerDouble, start_double
 
 
 @dataclass
 class FastProxy:
-    """An in-process proxy, its doubles by backend name, and clients for it."""
+    """An in-process proxy, its stub backends by name, and SDK clients for it (closed with it)."""
 
     http: TestClient[Any, Any]
     doubles: dict[str, LlamaServerDouble]
-    clients: list[openai.AsyncOpenAI] = field(default_factory=list)
+    clients: list[openai.AsyncOpenAI | anthropic.AsyncAnthropic] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -36,6 +40,14 @@ class FastProxy:
         """The official async client pointed at the proxy."""
         client = openai.AsyncOpenAI(
             base_url=f"{self.url}/v1", api_key=kw.pop("api_key", "unused"), max_retries=0, **kw
+        )
+        self.clients.append(client)
+        return client
+
+    def anthropic(self, **kw: Any) -> anthropic.AsyncAnthropic:
+        """The official async Anthropic client pointed at the proxy (it appends /v1/messages)."""
+        client = anthropic.AsyncAnthropic(
+            base_url=self.url, api_key=kw.pop("api_key", "unused"), max_retries=0, **kw
         )
         self.clients.append(client)
         return client
@@ -57,18 +69,21 @@ async def proxy_in_front(
         "scoreboard_file": tmp_path / f"scoreboard-{uuid.uuid4().hex[:8]}.json",
         "cache_dir": tmp_path / "cache",
     }
-    config = Settings(backends=backends, **{**defaults, **settings})
+    # Module-scoped fixtures start before conftest's per-test removal of the caller's SPECPROXY_*
+    # variables, so the harness removes them itself: only `settings` configure this proxy.
+    with without_specproxy_env():
+        config = Settings(backends=backends, **{**defaults, **settings})
     app = build_app(config, prepare_backends(config), resolver)
     client = TestClient(TestServer(app, host="127.0.0.1"))
     await client.start_server()
+    proxy = FastProxy(client, doubles or {})
     try:
         if wait_ready:
-            assert await app[POOL].wait_ready(10), "doubles did not become ready"
-        proxy = FastProxy(client, doubles or {})
+            assert await app[POOL].wait_ready(10), "the stubs did not become ready"
         yield proxy
-        for c in proxy.clients:
-            await c.close()
     finally:
+        for sdk in proxy.clients:
+            await sdk.close()
         await client.close()
 
 
@@ -76,7 +91,7 @@ async def proxy_in_front(
 async def fast_proxy(
     tmp_path: Path, backends: dict[str, dict[str, Any]] | None = None, **settings: Any
 ) -> AsyncIterator[FastProxy]:
-    """Doubles for `backends` (name -> extra backend config) and the proxy in front, ready."""
+    """Stubs for `backends` (name -> extra backend config) and the proxy in front, ready."""
     backends = backends or {"plain": {}, "ngram": {"kind": "ngram"}}
     doubles = {name: await start_double(Behaviour()) for name in backends}
     configs = [{"name": n, "url": doubles[n].url, **extra} for n, extra in backends.items()]

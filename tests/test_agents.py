@@ -22,7 +22,8 @@ import yaml
 
 from loadtests import agents
 from proxy.config import DEFAULT_CONFIG
-from tests.conftest import ROOT, RunningProxy, get_json, start_proxy, wait_until
+from tests.conftest import ROOT, RunningProxy, get_json, start_proxy
+from tests.helpers import wait_until
 
 pytestmark = [pytest.mark.agents, pytest.mark.timeout(1500)]
 AGENT_CONFIG = ROOT / "tests" / "configs" / "agents.yaml"

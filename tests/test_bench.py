@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 from proxy.bench.report import first_difference
 from proxy.prompts import BENCH_TASKS, chat_body
 from tests.conftest import ROOT
+from tests.helpers import clean_env
 
 
 def run_bench(config: str, out: Path, *args: str) -> str:
@@ -20,7 +20,7 @@ def run_bench(config: str, out: Path, *args: str) -> str:
         [sys.executable, "-m", "proxy", "--config", str(ROOT / "tests" / "configs" / config),
          "bench", "--out", str(out), "--tokens", "24", *args],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
-        env={**os.environ, "SPECPROXY_LOG_FORMAT": "json"},
+        env=clean_env(SPECPROXY_LOG_FORMAT="json"),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
@@ -69,7 +69,7 @@ def test_unknown_task_is_refused_before_anything_starts(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "proxy", "--config", str(ROOT / "tests" / "configs" / "test.yaml"),
          "bench", "--out", str(tmp_path), "--tasks", "code,edits"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        cwd=ROOT, capture_output=True, text=True, timeout=60, env=clean_env(),
     )  # fmt: skip
     assert result.returncode == 2
     assert "unknown task edits" in result.stderr and "prose, code, echo, edit" in result.stderr

@@ -12,9 +12,8 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,8 +21,9 @@ import yaml
 
 from proxy.config import default_cache_dir
 from proxy.provision.models import CATALOG, ensure_catalog_model
-from tests.conftest import ROOT, free_port, get_json
+from tests.conftest import ROOT, get_json
 from tests.containers import BUILD_TIMEOUT_S, build, podman_env
+from tests.helpers import free_port, wait_for
 
 DEPLOY = ROOT / "deploy"
 PROMETHEUS_IMAGE = "localhost/prometheus:debian"
@@ -140,18 +140,9 @@ def stack(specproxy_image: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
         running.compose("down", "-v", "-t", "30")
 
 
-def wait_for(what: str, probe: object, timeout: float = 300) -> object:
-    """Poll probe() until it returns something truthy."""
-    assert callable(probe)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if found := probe():
-                return found
-        except OSError:
-            pass
-        time.sleep(1)
-    raise AssertionError(f"timed out waiting for {what}")
+def poll(what: str, probe: Callable[[], object]) -> object:
+    """probe()'s first truthy answer, asked every second for up to 5 minutes."""
+    return wait_for(probe, 300, what, interval=1, ignore=(OSError,))
 
 
 def query(prometheus_url: str, promql: str) -> list[dict[str, object]]:
@@ -170,12 +161,12 @@ def query(prometheus_url: str, promql: str) -> list[dict[str, object]]:
 @pytest.mark.timeout(BUILD_TIMEOUT_S + 900)
 def test_one_up_serves_and_prometheus_scrapes_the_proxy_and_its_backends(stack: Stack) -> None:
     proxy_url, prometheus_url = stack.env["proxy_url"], stack.env["prometheus_url"]
-    wait_for("the proxy's /health", lambda: get_json(f"{proxy_url}/health", timeout=2)[0] == 200)
-    up = wait_for(
+    poll("the proxy's /health", lambda: get_json(f"{proxy_url}/health", timeout=2)[0] == 200)
+    up = poll(
         "Prometheus to scrape the proxy", lambda: query(prometheus_url, 'up{job="specproxy"} == 1')
     )
     print(f"\nup: {json.dumps(up)}")
-    backends = wait_for(
+    backends = poll(
         "llama-server metrics re-exported through the proxy",
         lambda: query(prometheus_url, 'count by (backend) ({__name__=~"llamacpp_.+"})'),
     )

@@ -6,18 +6,17 @@ import json
 import os
 import textwrap
 import threading
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-import openai
 import pytest
 
 from proxy.config import default_cache_dir
 from proxy.provision.models import CATALOG, ensure_catalog_model
-from tests.conftest import free_port, get_json
+from tests.conftest import get_json, openai_client
 from tests.containers import BUILD_TIMEOUT_S, podman
+from tests.helpers import free_port, wait_for
 
 pytestmark = [pytest.mark.image, pytest.mark.timeout(BUILD_TIMEOUT_S + 900)]
 
@@ -57,17 +56,12 @@ class Container:
         return result.stdout + result.stderr
 
     def wait_ready(self, timeout: float = 300) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def ready() -> bool:
             if not self.state().get("Running"):
                 raise AssertionError(f"container exited:\n{self.logs()[-3000:]}")
-            try:
-                if get_json(f"{self.url}/health", timeout=2)[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.5)
-        raise AssertionError(f"not ready in {timeout}s:\n{self.logs()[-3000:]}")
+            return get_json(f"{self.url}/health", timeout=2)[0] == 200
+
+        wait_for(ready, timeout, lambda: f"the container:\n{self.logs()[-3000:]}", 0.5, (OSError,))
 
     def host_pids(self) -> list[int]:
         """Host pids of every process in the container (specproxy, tini, llama-server)."""
@@ -119,12 +113,12 @@ def test_image_is_lean_and_runs_as_a_user(specproxy_image: str) -> None:
 
 def test_healthcheck_streams_and_metrics_through_the_container(container: Container) -> None:
     assert podman("healthcheck", "run", container.name, check=False).returncode == 0
-    client = openai.OpenAI(base_url=f"{container.url}/v1", api_key="x", max_retries=0, timeout=120)
-    stream = client.chat.completions.create(
-        model="auto", messages=[{"role": "user", "content": "Say hello."}],
-        max_tokens=16, stream=True,
-    )  # fmt: skip
-    pieces = [c.choices[0].delta.content or "" for c in stream if c.choices]
+    with openai_client(container.url) as client:
+        stream = client.chat.completions.create(
+            model="auto", messages=[{"role": "user", "content": "Say hello."}],
+            max_tokens=16, stream=True,
+        )  # fmt: skip
+        pieces = [c.choices[0].delta.content or "" for c in stream if c.choices]
     assert "".join(pieces).strip(), "the stream carried text"
     with urllib.request.urlopen(f"{container.url}/metrics", timeout=10) as resp:
         metrics = resp.read().decode()
@@ -135,7 +129,7 @@ def test_healthcheck_streams_and_metrics_through_the_container(container: Contai
 def test_podman_stop_drains_the_stream_and_leaves_no_process(container: Container) -> None:
     pids = container.host_pids()
     assert len(pids) >= 3, "tini, specproxy and llama-server"
-    client = openai.OpenAI(base_url=f"{container.url}/v1", api_key="x", max_retries=0, timeout=120)
+    client = openai_client(container.url)
     finish: list[str | None] = []
 
     def consume() -> None:
@@ -148,12 +142,13 @@ def test_podman_stop_drains_the_stream_and_leaves_no_process(container: Containe
                 finish.append(chunk.choices[0].finish_reason)
 
     reader = threading.Thread(target=consume)
-    reader.start()
-    while len(finish) < 3 and reader.is_alive():
-        time.sleep(0.01)
-    # -t 60: podman would SIGKILL after that; a clean exit (0, not 137) shows SIGTERM sufficed.
-    podman("stop", "-t", "60", container.name, timeout=90)
-    reader.join(60)
+    with client:
+        reader.start()
+        started = lambda: len(finish) >= 3 or not reader.is_alive()  # noqa: E731
+        wait_for(started, 120, "the stream's first chunks", interval=0.01)
+        # -t 60: podman would SIGKILL after that; a clean exit (0, not 137) shows SIGTERM sufficed.
+        podman("stop", "-t", "60", container.name, timeout=90)
+        reader.join(60)
     assert finish and finish[-1] in ("length", "stop"), "the in-flight stream finished normally"
     state = container.state()
     assert state["ExitCode"] == 0, container.logs()[-3000:]

@@ -10,7 +10,7 @@ import time
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,8 @@ import yaml
 from openai.types.chat import ChatCompletionMessageParam
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import ROOT, RunningProxy, free_port
+from tests.conftest import ROOT, RunningProxy
+from tests.helpers import free_port, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -79,14 +80,6 @@ def _binary(name: str) -> str:
     return path
 
 
-def _wait_for(what: str, check: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"waited {timeout:.0f}s for {what}")
-        time.sleep(0.2)
-
-
 def scrape(proxy: RunningProxy) -> dict[str, float]:
     """The proxy's /metrics as {sample name: sum over its label sets} plus `name{k=v}` sums."""
     with urllib.request.urlopen(f"{proxy.url}/metrics", timeout=10) as resp:
@@ -112,7 +105,7 @@ def wait_quiet(proxy: RunningProxy, timeout: float = 240) -> None:
             quiet_since[0] = time.monotonic()
         return time.monotonic() - quiet_since[0] >= 2
 
-    _wait_for("the backends to go quiet", settled, timeout)
+    wait_for(settled, timeout, "the backends to go quiet", interval=0.2)
 
 
 @dataclass
@@ -161,7 +154,7 @@ class RunningPrometheus:
                     return True
             return False
 
-        _wait_for("a fresh scrape of the proxy", scraped, timeout)
+        wait_for(scraped, timeout, "a fresh scrape of the proxy", interval=0.2)
         return found[0]
 
     def stop(self) -> None:
@@ -211,7 +204,7 @@ def prometheus(
             return False
 
     try:
-        _wait_for("prometheus to be ready", ready, 30)
+        wait_for(ready, 30, "prometheus to be ready", interval=0.2)
         yield running
     finally:
         running.stop()
@@ -351,10 +344,7 @@ def test_every_dashboard_query_returns_data(prometheus: RunningPrometheus, traff
                 del pending[query]
         return not pending
 
-    try:
-        _wait_for("every dashboard query to return data", answered, 30)
-    except TimeoutError:
-        pytest.fail("no data for:\n" + "\n".join(pending))
+    wait_for(answered, 30, lambda: "data for every query; none for:\n" + "\n".join(pending), 0.2)
 
 
 def test_grafana_provisioning_matches_the_dashboard() -> None:
@@ -391,7 +381,7 @@ def test_each_request_logs_one_json_line_without_the_prompt(
                 lines.append(json.loads(raw))
         return bool(lines)
 
-    _wait_for("the request's log line", logged, 10)
+    wait_for(logged, 10, "the request's log line", interval=0.2)
     (line,) = lines
     assert line["event"] == "request" and line["status"] == 200
     assert line["backend"] == "draft" and line["route"] == "pinned" and line["task"] in TASKS

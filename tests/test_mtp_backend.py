@@ -7,11 +7,10 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-import openai
 import pytest
 
 from proxy.llamacpp import metric_value
-from tests.conftest import ROOT, RunningProxy, get_json, start_proxy
+from tests.conftest import ROOT, RunningProxy, get_json, openai_client, start_proxy
 
 pytestmark = pytest.mark.integration
 
@@ -32,17 +31,17 @@ def mtp_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProxy
 
 
 def _timings(proxy: RunningProxy, model: str, stream: bool = False) -> dict[str, float]:
-    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="x", max_retries=0)
-    if not stream:
-        raw = client.chat.completions.with_raw_response.create(
-            model=model, messages=PROMPT, max_tokens=48, temperature=0
-        )
-        assert raw.headers["x-specproxy-backend"] == model
-        return dict(json.loads(raw.text)["timings"])
-    with client.chat.completions.with_streaming_response.create(
-        model=model, messages=PROMPT, max_tokens=48, temperature=0, stream=True
-    ) as resp:
-        events = [json.loads(e[6:]) for e in resp.iter_lines() if e.startswith("data: {")]
+    with openai_client(proxy.url) as client:
+        if not stream:
+            raw = client.chat.completions.with_raw_response.create(
+                model=model, messages=PROMPT, max_tokens=48, temperature=0
+            )
+            assert raw.headers["x-specproxy-backend"] == model
+            return dict(json.loads(raw.text)["timings"])
+        with client.chat.completions.with_streaming_response.create(
+            model=model, messages=PROMPT, max_tokens=48, temperature=0, stream=True
+        ) as resp:
+            events = [json.loads(e[6:]) for e in resp.iter_lines() if e.startswith("data: {")]
     return dict(next(e["timings"] for e in reversed(events) if "timings" in e))
 
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -21,6 +19,7 @@ import pytest
 from proxy.gguf import read_gguf_header
 from proxy.llamacpp import metric_value
 from proxy.provision.mtp_model import write_tiny_mtp_model
+from tests.helpers import free_port, wait_for
 
 TOKENIZER_SOURCE = Path.home() / ".cache/specproxy/models/smollm2-135m-instruct-q4_1.gguf"
 DEFAULT_SERVER = Path.home() / ".cache/specproxy/build-11434/bin/llama-server"
@@ -79,13 +78,6 @@ def test_same_seed_same_bytes_and_noise_only_touches_eh_proj(
     assert 0 < diff[-1] - diff[0] < eh_proj_bytes
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def _get(url: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(url, timeout=5) as resp:
@@ -101,25 +93,21 @@ def _tail(log: Path) -> str:
 
 @contextmanager
 def _serve(binary: Path, model: Path, log: Path) -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     cmd = [str(binary), "-m", str(model), "--spec-type", "draft-mtp", "--port", str(port),
            "--host", "127.0.0.1", "-t", "1", "-c", "1024", "--metrics"]  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     with log.open("wb") as log_file:
         proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT)
+
+        def healthy() -> bool:
+            if proc.poll() is not None:
+                pytest.fail(f"llama-server exited {proc.returncode}:\n{_tail(log)}")
+            return _get(base + "/health")[0] == 200
+
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                if proc.poll() is not None:
-                    pytest.fail(f"llama-server exited {proc.returncode}:\n{_tail(log)}")
-                if time.monotonic() > deadline:
-                    pytest.fail(f"llama-server not healthy in 60 s:\n{_tail(log)}")
-                try:
-                    if _get(base + "/health")[0] == 200:
-                        break
-                except OSError:
-                    pass  # not listening yet
-                time.sleep(0.1)
+            # OSError: not listening yet.
+            wait_for(healthy, 60, lambda: f"llama-server:\n{_tail(log)}", 0.1, (OSError,))
             yield base
         finally:
             proc.terminate()

@@ -1,21 +1,25 @@
-"""Start-up checks: a taken port, an unwritable cache or a missing model stop the proxy at once."""
+"""Start-up checks: a taken port, an unwritable cache, a missing model or binary, an invalid
+config stop the proxy at once, with one line each and before any llama-server is built or run.
+
+`specproxy serve` runs as a subprocess with the caller's SPECPROXY_* variables removed
+(`clean_env`): `SPECPROXY_LLAMA_SERVER=/x pytest` must not add a line of its own.
+"""
 
 from __future__ import annotations
 
-import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 from tests.conftest import ROOT, TEST_CONFIG
+from tests.helpers import clean_env, taken_port
 
 
 def serve(*args: str, config: Path = TEST_CONFIG, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "proxy", "--config", str(config), "serve", *args],
         cwd=ROOT,
-        env={**os.environ, **env},
+        env=clean_env(**env),
         capture_output=True,
         text=True,
         timeout=60,
@@ -28,10 +32,7 @@ def no_llama_server_started() -> bool:
 
 
 def test_a_taken_port_is_one_line_and_nothing_starts() -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
+    with taken_port() as port:
         before = no_llama_server_started()
         result = serve("--port", str(port))
     assert result.returncode == 2
@@ -60,3 +61,24 @@ def test_an_unwritable_cache_and_a_missing_model_are_named(tmp_path: Path) -> No
     assert f"model {tmp_path}/missing.gguf is not a file" in lines[0]
     assert f"cache directory {blocker / 'cache'} is not writable" in lines[1]
     assert "SPECPROXY_CACHE_DIR" in lines[1]
+
+
+def test_a_missing_user_binary_is_a_clear_error(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("backends:\n  - {name: p, model: smollm2-135m}\n")
+    binary = tmp_path / "no-such-llama-server"
+    result = serve("--port", "0", config=config, SPECPROXY_LLAMA_SERVER=str(binary))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"specproxy: llama_server {binary} is not an executable file; fix the path or unset "
+        "SPECPROXY_LLAMA_SERVER to have specproxy build one"
+    ]
+
+
+def test_an_invalid_config_exits_with_the_field_named(tmp_path: Path) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text("backends:\n  - {name: p, model: m, threads: 0}\n")
+    result = serve(config=config)
+    assert result.returncode == 2, result.stderr
+    assert "invalid configuration" in result.stderr and "backends.0.threads" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -15,7 +15,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.conftest import RunningProxy, get_json, start_proxy, wait_until
+from tests.conftest import RunningProxy, get_json, openai_client, start_proxy
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -117,8 +118,7 @@ def test_client_leaving_a_non_streamed_request_frees_the_slot(proxy: RunningProx
     # the client leaving closes that stream, which llama-server does notice.
     url = backend_url(proxy, "plain")
     assert wait_until(lambda: not slot_busy(url), 60), "another test left the backend busy"
-    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="x", max_retries=0, timeout=0.5)
-    with pytest.raises(openai.APITimeoutError):
+    with openai_client(proxy.url, timeout=0.5) as client, pytest.raises(openai.APITimeoutError):
         client.chat.completions.create(
             model="plain", messages=LONG, max_tokens=300, extra_body={"ignore_eos": True}
         )
@@ -139,8 +139,8 @@ def test_a_whole_answer_assembled_from_the_stream_matches_llama_servers_own(
     )
     with urllib.request.urlopen(request, timeout=60) as resp:
         direct = json.load(resp)
-    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="x", max_retries=0, timeout=60)
-    raw = client.chat.completions.with_raw_response.create(model="plain", **body)
+    with openai_client(proxy.url, timeout=60) as client:
+        raw = client.chat.completions.with_raw_response.create(model="plain", **body)
     through = raw.parse()
     assert through.choices[0].message.content == direct["choices"][0]["message"]["content"]
     assert through.choices[0].finish_reason == direct["choices"][0]["finish_reason"]
@@ -152,33 +152,33 @@ def test_a_whole_answer_assembled_from_the_stream_matches_llama_servers_own(
 
 def test_backend_killed_mid_stream_ends_cleanly_and_auto_moves_on(pair: RunningProxy) -> None:
     stream = open_stream(pair, "a")
-    client = openai.OpenAI(base_url=f"{pair.url}/v1", api_key="x", max_retries=0, timeout=30)
     os.kill(pair.backend_pids()["a"], signal.SIGKILL)
     start = time.monotonic()
     events = read_events(stream)
     assert time.monotonic() - start < 5, "the stream must end, not hang"
     assert events and "error" in events[-1], "the client must see an error event"
-    reply = client.chat.completions.with_raw_response.create(
-        model="auto", messages=[{"role": "user", "content": "hi"}], max_tokens=4
-    )
-    assert reply.headers["x-specproxy-backend"] == "b"
-    with pytest.raises(openai.APIStatusError) as exc:
-        client.chat.completions.create(model="a", messages=LONG, max_tokens=4)
+    with openai_client(pair.url, timeout=30) as client:
+        reply = client.chat.completions.with_raw_response.create(
+            model="auto", messages=[{"role": "user", "content": "hi"}], max_tokens=4
+        )
+        assert reply.headers["x-specproxy-backend"] == "b"
+        with pytest.raises(openai.APIStatusError) as exc:
+            client.chat.completions.create(model="a", messages=LONG, max_tokens=4)
     assert exc.value.status_code == 503 and exc.value.response.headers["retry-after"]
 
 
 def test_frozen_backend_times_out_with_504_and_is_cancelled(pair: RunningProxy) -> None:
-    client = openai.OpenAI(base_url=f"{pair.url}/v1", api_key="x", max_retries=0, timeout=30)
     pid = pair.backend_pids()["a"]
     os.kill(pid, signal.SIGSTOP)
     try:
-        with pytest.raises(openai.APIStatusError) as exc:
-            client.chat.completions.create(model="a", messages=LONG, max_tokens=8)
-        assert exc.value.status_code == 504
-        assert exc.value.code == "upstream_timeout"  # type: ignore[attr-defined]
-        with pytest.raises(openai.APIStatusError) as exc:
-            client.chat.completions.create(model="a", messages=LONG, max_tokens=8, stream=True)
-        assert exc.value.status_code == 504
+        with openai_client(pair.url, timeout=30) as client:
+            with pytest.raises(openai.APIStatusError) as exc:
+                client.chat.completions.create(model="a", messages=LONG, max_tokens=8)
+            assert exc.value.status_code == 504
+            assert exc.value.code == "upstream_timeout"  # type: ignore[attr-defined]
+            with pytest.raises(openai.APIStatusError) as exc:
+                client.chat.completions.create(model="a", messages=LONG, max_tokens=8, stream=True)
+            assert exc.value.status_code == 504
     finally:
         os.kill(pid, signal.SIGCONT)
 
@@ -212,31 +212,10 @@ def test_saturation_answers_429_with_retry_after(pair: RunningProxy) -> None:
     thread = threading.Thread(target=queued)
     thread.start()
     assert wait_until(lambda: pair.health()["backends"]["a"]["queued"] == 1, 10)  # type: ignore[index]
-    client = openai.OpenAI(base_url=f"{pair.url}/v1", api_key="x", max_retries=0, timeout=30)
-    with pytest.raises(openai.RateLimitError) as exc:
+    with openai_client(pair.url, timeout=30) as client, pytest.raises(openai.RateLimitError) as exc:
         client.chat.completions.create(model="a", messages=LONG, max_tokens=4)
     assert exc.value.response.headers["retry-after"] == "1"
     assert "max_concurrency" in exc.value.message
     first.close()
     thread.join(60)
     assert waiting == [200], "the queued request is served once the slot frees"
-
-
-def test_oversize_body_is_413_in_openai_format(proxy: RunningProxy) -> None:
-    conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=30)
-    OPEN.append(conn)
-    big = json.dumps({"messages": [{"role": "user", "content": "x" * (9 * 1024 * 1024)}]})
-    try:
-        conn.request("POST", "/v1/chat/completions", big, {"Content-Type": "application/json"})
-        resp = conn.getresponse()
-    except (OSError, BrokenPipeError, ConnectionResetError):
-        pytest.fail("the proxy must answer 413, not drop the connection")
-    assert resp.status == 413
-    assert json.loads(resp.read())["error"]["type"] == "invalid_request_error"
-
-
-def test_n_greater_than_one_is_refused(proxy: RunningProxy) -> None:
-    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="x", max_retries=0)
-    with pytest.raises(openai.BadRequestError) as exc:
-        client.chat.completions.create(model="plain", messages=LONG, n=2)
-    assert exc.value.code == "unsupported"  # type: ignore[attr-defined]

@@ -4,8 +4,6 @@ replica taken out, host names resolved again, and load levels from what each ser
 from __future__ import annotations
 
 import asyncio
-import socket
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,7 @@ from proxy.api.state import POOL, ROUTER
 from proxy.backends.discovery import SystemResolver, discover, names_a_host, with_address
 from proxy.config import BackendConfig
 from proxy.routing.scoreboard import Outcome
+from tests.helpers import eventually, free_port
 from tests.inprocess import FastProxy, proxy_in_front
 from tests.llama_double import Behaviour, start_double
 
@@ -37,15 +36,6 @@ class StaticResolver:
         return list(self.table[host])
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 5.0) -> None:
-    """Wait until `check` holds; fail the test if it never does."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await check():
-        if asyncio.get_running_loop().time() > deadline:
-            pytest.fail("condition never held")
-        await asyncio.sleep(0.02)
-
-
 async def health(proxy: FastProxy) -> dict[str, Any]:
     result: dict[str, Any] = await (await proxy.http.get("/health")).json()
     return result
@@ -66,22 +56,6 @@ def measure(proxy: FastProxy, backend: str, tokens_per_s: float) -> None:
     board = proxy.http.server.app[ROUTER].scoreboard
     for _ in range(3):
         board.record(Outcome(backend, "prose", 1, tokens_per_s, 0.1, 64, 0, 0))
-
-
-def port_free_on(*hosts: str) -> int:
-    """A port nobody listens on at any of these loopback addresses."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind((hosts[0], 0))
-            port = int(probe.getsockname()[1])
-        try:
-            for host in hosts[1:]:
-                with socket.socket() as other:
-                    other.bind((host, port))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError("no common free port")
 
 
 def test_urls_are_checked_like_url() -> None:
@@ -227,7 +201,7 @@ async def test_a_replica_failing_its_health_checks_gets_no_requests(tmp_path: Pa
 
 async def test_a_host_name_is_resolved_again_and_its_replicas_follow(tmp_path: Path) -> None:
     hosts = ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
-    port = port_free_on(*hosts)
+    port = free_port(*hosts)
     doubles = {h: await start_double(host=h, port=port) for h in hosts}
     resolver = StaticResolver({"llama.test": hosts[:2]})
     backend = {"name": "plain", "urls": [f"http://llama.test:{port}"]}
@@ -257,7 +231,7 @@ async def test_a_host_name_is_resolved_again_and_its_replicas_follow(tmp_path: P
 
             resolver.failing = True  # DNS trouble is not an outage: the replicas stay
             asked = resolver.asked
-            await eventually(lambda: asyncio.sleep(0.01, resolver.asked > asked + 2))
+            await eventually(lambda: resolver.asked > asked + 2)
             state = await health(proxy)
             assert len(state["backends"]["plain"]["replicas"]) == 2
             assert "does not resolve" in str(state["backends"]["plain"]["resolve_errors"])
@@ -390,7 +364,7 @@ async def test_a_backend_whose_name_never_resolves_says_why(tmp_path: Path) -> N
     async with proxy_in_front(
         tmp_path, [backend], resolver=resolver, wait_ready=False, resolve_interval_s=0.05, **FAST
     ) as proxy:
-        await eventually(lambda: asyncio.sleep(0.01, resolver.asked >= 2))
+        await eventually(lambda: resolver.asked >= 2)
         resp = await proxy.http.get("/health")
         assert resp.status == 503
         shown = (await resp.json())["backends"]["plain"]

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import http.client
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import openai
 import pytest
 
-from tests.conftest import ROOT, RunningProxy, get_json, start_proxy
+from tests.conftest import ROOT, RunningProxy, get_json, openai_client, start_proxy
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -31,10 +30,8 @@ def scoreboard(proxy: RunningProxy) -> list[dict[str, object]]:
 
 
 def wait_calibrated(proxy: RunningProxy, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while '"calibration done"' not in proxy.log_path.read_text():
-        assert time.monotonic() < deadline, f"calibration incomplete: {scoreboard(proxy)}"
-        time.sleep(0.3)
+    calibrated = lambda: '"calibration done"' in proxy.log_path.read_text()  # noqa: E731
+    wait_for(calibrated, timeout, lambda: f"calibration: {scoreboard(proxy)}", interval=0.3)
 
 
 @pytest.fixture(scope="module")
@@ -77,11 +74,11 @@ def test_calibration_measures_every_backend_and_task(routed: RunningProxy) -> No
 
 @pytest.mark.parametrize("task", ["code", "prose", "echo"])
 def test_auto_goes_to_the_fastest_measured_backend(routed: RunningProxy, task: str) -> None:
-    client = openai.OpenAI(base_url=f"{routed.url}/v1", api_key="x", max_retries=0)
     before = {(r["backend"], r["task"]): r for r in scoreboard(routed) if r["level"] == 1}
-    raw = client.chat.completions.with_raw_response.create(
-        model="auto", messages=[{"role": "user", "content": PROMPTS[task]}], max_tokens=16
-    )
+    with openai_client(routed.url) as client:
+        raw = client.chat.completions.with_raw_response.create(
+            model="auto", messages=[{"role": "user", "content": PROMPTS[task]}], max_tokens=16
+        )
     assert raw.headers["x-specproxy-task"] == task
     chosen, reason = raw.headers["x-specproxy-backend"], raw.headers["x-specproxy-route"]
     # A noisy MTP head (acceptance ~0.1) is below break-even: never chosen while others serve.
@@ -117,10 +114,7 @@ def test_a_stream_its_client_abandons_still_teaches_the_scoreboard(routed: Runni
             chunks.append(json.loads(line[6:]))
     conn.close()  # the client goes away mid-stream
     assert "timings" in chunks[-1], "streamed chunks carry llama.cpp's running timings"
-    deadline = time.monotonic() + 10
-    while samples() == before:
-        assert time.monotonic() < deadline, "the cut stream was not recorded"
-        time.sleep(0.2)
+    wait_for(lambda: samples() != before, 10, "the cut stream to be recorded", interval=0.2)
     row = next(r for r in scoreboard(routed) if (r["backend"], r["task"]) == ("mtp", "prose"))
     assert row["acceptance"] is not None
 

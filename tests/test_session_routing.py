@@ -14,6 +14,7 @@ import pytest
 import requests
 
 from tests.conftest import ROOT, RunningProxy, get_json, start_proxy
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -79,10 +80,7 @@ def calibrated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProx
     )
     try:
         running.wait_ready()
-        deadline = time.monotonic() + 300
-        while '"calibration done"' not in log.read_text():
-            assert time.monotonic() < deadline, "calibration incomplete"
-            time.sleep(0.5)
+        wait_for(lambda: '"calibration done"' in log.read_text(), 300, "calibration", 0.5)
         yield running
     finally:
         running.stop()

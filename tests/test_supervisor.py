@@ -1,4 +1,8 @@
-"""Backend supervision with real llama-server processes: restarts, shutdown, no orphans."""
+"""Backend supervision with real llama-server processes: restarts, shutdown, no orphans.
+
+Start-up refusals that need no llama-server (a bad config, a missing binary, a taken port) are
+in tests/test_preflight.py (fast tier).
+"""
 
 from __future__ import annotations
 
@@ -7,15 +11,16 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import openai
 import pytest
 
-from tests.conftest import ROOT, RunningProxy, start_proxy
+from tests.conftest import ROOT, RunningProxy, openai_client, start_proxy
+from tests.helpers import clean_env, wait_for
 from tests.test_backend_checks import vocab_file
 
 pytestmark = pytest.mark.integration
@@ -37,32 +42,32 @@ def alive(pid: int) -> bool:
     return "\nState:\tZ" not in status
 
 
-def wait_for(condition, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 @pytest.fixture
-def solo(tmp_path: Path) -> RunningProxy:
+def solo(tmp_path: Path) -> Iterator[RunningProxy]:
     config = tmp_path / "solo.yaml"
     config.write_text(ONE_BACKEND)
     running = start_proxy(config, tmp_path / "proxy.log")
-    running.wait_ready()
-    yield running  # type: ignore[misc]
-    running.stop()
+    try:
+        running.wait_ready()
+        yield running
+    finally:
+        running.stop()
 
 
-def test_killed_backend_is_restarted_and_pinned_requests_get_503(solo: RunningProxy) -> None:
-    client = openai.OpenAI(base_url=f"{solo.url}/v1", api_key="x", max_retries=0)
+@pytest.fixture
+def solo_client(solo: RunningProxy) -> Iterator[openai.OpenAI]:
+    with openai_client(solo.url) as sdk:
+        yield sdk
+
+
+def test_killed_backend_is_restarted_and_pinned_requests_get_503(
+    solo: RunningProxy, solo_client: openai.OpenAI
+) -> None:
     pid = solo.backend_pids()["solo"]
     os.kill(pid, signal.SIGKILL)
     wait_for(lambda: solo.health()["backends"]["solo"]["state"] != "ready", 5, "backend down")  # type: ignore[index]
     with pytest.raises(openai.APIStatusError) as exc:
-        client.chat.completions.create(
+        solo_client.chat.completions.create(
             model="solo", messages=[{"role": "user", "content": "hi"}], max_tokens=4
         )
     assert exc.value.status_code == 503
@@ -70,7 +75,7 @@ def test_killed_backend_is_restarted_and_pinned_requests_get_503(solo: RunningPr
     wait_for(lambda: solo.health()["status"] == "ok", 60, "backend restarted")
     backend = solo.health()["backends"]["solo"]  # type: ignore[index]
     assert backend["restarts"] == 1 and backend["pid"] != pid  # type: ignore[index]
-    reply = client.chat.completions.create(
+    reply = solo_client.chat.completions.create(
         model="solo", messages=[{"role": "user", "content": "hi"}], max_tokens=4
     )
     assert reply.choices[0].message.content is not None
@@ -88,9 +93,8 @@ def _restart(proxy: RunningProxy, name: str) -> tuple[int, dict]:  # type: ignor
 
 
 def test_restart_on_request_gives_a_fresh_process_and_refuses_while_busy(
-    solo: RunningProxy,
+    solo: RunningProxy, solo_client: openai.OpenAI
 ) -> None:
-    client = openai.OpenAI(base_url=f"{solo.url}/v1", api_key="x", max_retries=0)
     pid = solo.backend_pids()["solo"]
     idle = lambda: solo.health()["backends"]["solo"]["in_flight"] == 0  # type: ignore[index]  # noqa: E731
     wait_for(idle, 60, "start-up calibration to finish")
@@ -100,12 +104,12 @@ def test_restart_on_request_gives_a_fresh_process_and_refuses_while_busy(
     backend = solo.health()["backends"]["solo"]  # type: ignore[index]
     # Asked for, not a crash: the crash counter that alerts watch stays at zero.
     assert backend["pid"] == body["pid"] and backend["restarts"] == 0  # type: ignore[index]
-    reply = client.chat.completions.create(
+    reply = solo_client.chat.completions.create(
         model="solo", messages=[{"role": "user", "content": "hi"}], max_tokens=4
     )
     assert reply.choices[0].message.content is not None
 
-    stream = client.chat.completions.create(
+    stream = solo_client.chat.completions.create(
         model="solo",
         messages=[{"role": "user", "content": "Count from 1 to 500, one number per line."}],
         max_tokens=400,
@@ -143,7 +147,7 @@ def _serve_fails(tmp_path: Path, config_text: str, **env: str) -> str:
     result = subprocess.run(
         [sys.executable, "-m", "proxy", "--config", str(config), "serve"],
         cwd=ROOT,
-        env={**os.environ, **env},
+        env=clean_env(**env),
         capture_output=True,
         text=True,
         timeout=120,
@@ -162,17 +166,3 @@ def test_mismatched_draft_pair_refuses_to_start(tmp_path: Path) -> None:
     assert "cannot draft for target" in stderr
     assert "other-vocab.gguf" in stderr
     assert "smollm2-135m-instruct-q4_1.gguf" in stderr
-
-
-def test_missing_user_binary_is_a_clear_error(tmp_path: Path) -> None:
-    stderr = _serve_fails(
-        tmp_path,
-        "backends:\n  - {name: p, model: smollm2-135m}\n",
-        SPECPROXY_LLAMA_SERVER=str(tmp_path / "no-such-llama-server"),
-    )
-    assert "is not an executable file" in stderr and "SPECPROXY_LLAMA_SERVER" in stderr
-
-
-def test_invalid_config_exits_with_the_field_named(tmp_path: Path) -> None:
-    stderr = _serve_fails(tmp_path, "backends:\n  - {name: p, model: m, threads: 0}\n")
-    assert "backends.0.threads" in stderr

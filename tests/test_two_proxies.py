@@ -5,16 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
-import time
 import urllib.request
 from collections.abc import Iterator
 
-import openai
 import pytest
 
-from proxy.backends.launch import free_port, prepare_backends
+from proxy.backends.launch import prepare_backends
 from proxy.config import Settings
-from tests.conftest import RunningProxy, get_json, start_proxy, wait_until
+from tests.conftest import RunningProxy, get_json, openai_client, start_proxy
+from tests.helpers import free_port, wait_for, wait_until, without_specproxy_env
 
 pytestmark = pytest.mark.integration
 
@@ -24,36 +23,25 @@ LONG = [{"role": "user", "content": "Count from 1 to 1000, one number per line."
 @pytest.fixture(scope="module")
 def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A llama-server (SmolLM2, one thread, two slots) that no proxy owns: its URL."""
-    settings = Settings(
-        backends=[
-            {
-                "name": "plain",
-                "model": "smollm2-135m",
-                "threads": 1,
-                "ctx_size": 2048,
-                "parallel": 2,
-            }
-        ]
-    )
-    (spec,) = prepare_backends(settings)
-    port = free_port("127.0.0.1")
+    backend = {"name": "plain", "model": "smollm2-135m", "threads": 1, "ctx_size": 2048,
+               "parallel": 2}  # fmt: skip
+    with without_specproxy_env():  # as for the proxies: nothing of the caller's SPECPROXY_*
+        (spec,) = prepare_backends(Settings(backends=[backend]))
+    port = free_port()
     log_path = tmp_path_factory.mktemp("server") / "llama-server.log"
     with log_path.open("w") as log:
         process = subprocess.Popen(
             spec.argv("127.0.0.1", port), stdout=log, stderr=subprocess.STDOUT
         )
     url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        if process.poll() is not None:
+            raise RuntimeError(f"llama-server exited:\n{log_path.read_text()[-2000:]}")
+        return get_json(f"{url}/health", timeout=2)[0] == 200
+
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if get_json(f"{url}/health", timeout=2)[0] == 200:
-                    break
-            except OSError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"llama-server did not start:\n{log_path.read_text()[-2000:]}")
-            time.sleep(0.2)
+        wait_for(healthy, 120, "llama-server to start", interval=0.2, ignore=(OSError,))
         yield url
     finally:
         process.terminate()
@@ -113,7 +101,7 @@ def test_traffic_through_one_proxy_is_load_the_other_routes_by(
     assert wait_until(lambda: replica(b)["reported"] == 0, 10), replica(b)
     assert level_of_one_request(b) == "1"
 
-    client = openai.OpenAI(base_url=f"{a.url}/v1", api_key="unused", max_retries=0, timeout=120)
+    client = openai_client(a.url)
     started, done = threading.Event(), threading.Event()
 
     def long_stream_through_a() -> None:
@@ -150,6 +138,7 @@ def test_traffic_through_one_proxy_is_load_the_other_routes_by(
         assert requests[-1]["load_level"] == 2
     finally:
         thread.join(120)
+        client.close()
     assert done.is_set()
     assert wait_until(lambda: replica(b)["load"] == 0, 10), replica(b)
     assert level_of_one_request(b) == "1"

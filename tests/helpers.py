@@ -1,0 +1,157 @@
+"""What tests and fixtures share that is not a fixture: free ports, waiting for a condition, and an
+environment without the caller's SPECPROXY_* settings. One place for each, for every tier."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import TypeVar
+
+import pytest
+
+T = TypeVar("T")
+
+# The proxy reads every setting from SPECPROXY_<NAME> (proxy/config.py): a caller's
+# SPECPROXY_LLAMA_SERVER or SPECPROXY_API_KEYS would change what a test measures.
+ENV_PREFIX = "SPECPROXY_"
+
+
+# ------------------------------------------------------------------------------------- ports
+
+
+def free_port(*hosts: str) -> int:
+    """A port nobody listens on right now, on every one of `hosts` (default: 127.0.0.1).
+
+    The OS picks it on the first host, so it is free there; a port also free on the others is
+    looked for a few times. Someone may take it before the caller binds it: loopback tests
+    only, where nothing else races for ports.
+    """
+    first, *others = hosts or ("127.0.0.1",)
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind((first, 0))
+            port = int(probe.getsockname()[1])
+        try:
+            for host in others:
+                with socket.socket() as other:
+                    other.bind((host, port))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError(f"no port free on all of {hosts}")
+
+
+@contextmanager
+def taken_port(host: str = "127.0.0.1") -> Iterator[int]:
+    """A port something listens on (without ever accepting) for as long as the block runs."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        sock.listen()
+        yield int(sock.getsockname()[1])
+
+
+# ------------------------------------------------------------------------------------ waiting
+
+
+def wait_until(
+    condition: Callable[[], object],
+    timeout: float,
+    interval: float = 0.05,
+    ignore: tuple[type[BaseException], ...] = (),
+) -> bool:
+    """Poll `condition` until it is truthy (True) or `timeout` seconds pass (False).
+
+    It is asked once more at the deadline, so a slow last poll is not lost. Exceptions of the
+    `ignore` types count as "not yet" (OSError: a server not listening yet); any other one
+    propagates, which is how a condition says "stop, this will never hold" (a process exited).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        last = time.monotonic() >= deadline
+        try:
+            if condition():
+                return True
+        except ignore:
+            pass
+        if last:
+            return False
+        time.sleep(min(interval, max(deadline - time.monotonic(), 0)))
+
+
+def wait_for(
+    condition: Callable[[], T | None],
+    timeout: float,
+    what: str | Callable[[], str],
+    interval: float = 0.05,
+    ignore: tuple[type[BaseException], ...] = (),
+) -> T:
+    """The first truthy value of `condition`, polled as wait_until does; fails the test naming
+    `what` (a string, or a callable asked then for the state worth showing) if none came."""
+    found: list[T] = []
+
+    def holds() -> bool:
+        value = condition()
+        if value:
+            found.append(value)
+        return bool(value)
+
+    if not wait_until(holds, timeout, interval, ignore):
+        pytest.fail(f"waited {timeout:g} s for {what() if callable(what) else what}")
+    return found[0]
+
+
+async def eventually(
+    condition: Callable[[], Awaitable[T | None] | T | None],
+    timeout: float = 5.0,
+    what: str = "the condition",
+    interval: float = 0.02,
+) -> T:
+    """wait_for for the in-process tier: polls without blocking the event loop the proxy and
+    its doubles run on; `condition` may be a coroutine function or a plain one."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        last = loop.time() >= deadline
+        value = condition()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if last:
+            pytest.fail(f"waited {timeout:g} s for {what}")
+        await asyncio.sleep(interval)
+
+
+# -------------------------------------------------------------------------------- environment
+
+
+def clean_env(**env: str) -> dict[str, str]:
+    """os.environ without the caller's SPECPROXY_* variables, plus `env`: for a spawned proxy.
+
+    A test that wants a setting passes it here; nothing else of the caller's reaches the
+    process, so `SPECPROXY_LLAMA_SERVER=... pytest` tests what it tests anywhere.
+    """
+    kept = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+    return {**kept, **env}
+
+
+def remove_specproxy_env(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Unset every SPECPROXY_* variable until `monkeypatch` undoes it; the names removed."""
+    names = sorted(k for k in os.environ if k.startswith(ENV_PREFIX))
+    for name in names:
+        monkeypatch.delenv(name)
+    return names
+
+
+@contextmanager
+def without_specproxy_env() -> Iterator[None]:
+    """remove_specproxy_env for a block, where no test's monkeypatch is at hand (module-scoped
+    fixtures that build Settings in-process)."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        remove_specproxy_env(monkeypatch)
+        yield

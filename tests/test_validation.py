@@ -1,0 +1,159 @@
+"""Requests the proxy answers itself, in each API's own error shape: 400 for a bad body, 404 for an
+unknown model or path, 413 for an oversize body (fast tier).
+
+None of these reaches a backend, so they run against the proxy in-process in front of
+llama-server stubs named as the integration tier's backends (tests/configs/test.yaml), with the
+official SDKs where a client would see them.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from tests.inprocess import FastProxy, fast_proxy
+
+HELLO = [{"role": "user", "content": "Say hello in five words."}]
+# The test config's backends and aliases (tests/configs/test.yaml).
+BACKENDS: dict[str, dict[str, Any]] = {"plain": {}, "draft": {}, "ngram": {"kind": "ngram"}}
+ALIASES = {"gpt-4o-mini": "plain", "claude-*": "auto", "qwen2.5-coder:*": "auto-code"}
+
+
+@pytest.fixture(scope="module")
+async def stubbed(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[FastProxy]:
+    async with fast_proxy(
+        tmp_path_factory.mktemp("validation"), BACKENDS, model_aliases=ALIASES
+    ) as running:
+        yield running
+
+
+def sent(proxy: FastProxy) -> int:
+    """How many requests the stubs have been sent: a refused request adds none."""
+    return sum(len(stub.received) for stub in proxy.doubles.values())
+
+
+async def post(proxy: FastProxy, path: str, data: bytes | io.BytesIO) -> tuple[int, dict[str, Any]]:
+    resp = await proxy.http.post(path, data=data, headers={"Content-Type": "application/json"})
+    body: dict[str, Any] = await resp.json(content_type=None)
+    return resp.status, body
+
+
+# ------------------------------------------------------------------------------- OpenAI API
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"messages": []}, "messages"),
+        ({"messages": "hi"}, "messages"),
+        ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
+        ({"messages": HELLO, "max_tokens": -5}, "max_tokens"),
+        ({"messages": HELLO, "max_tokens": "ten"}, "max_tokens"),
+        ({"messages": HELLO, "stream": "yes"}, "stream"),
+        ({"messages": HELLO, "model": 7}, "model"),
+    ],
+)
+async def test_bad_requests_are_400_in_openai_format(
+    stubbed: FastProxy, body: dict[str, object], param: str
+) -> None:
+    before = sent(stubbed)
+    with pytest.raises(openai.BadRequestError) as exc:
+        await stubbed.openai().post("/chat/completions", body=body, cast_to=object)
+    assert exc.value.status_code == 400
+    error = exc.value.body
+    assert isinstance(error, dict) and error["param"] == param and error["message"]
+    assert sent(stubbed) == before
+
+
+async def test_n_greater_than_one_is_refused(stubbed: FastProxy) -> None:
+    with pytest.raises(openai.BadRequestError) as exc:
+        await stubbed.openai().chat.completions.create(model="plain", messages=HELLO, n=2)  # type: ignore[arg-type]
+    assert exc.value.code == "unsupported"
+
+
+async def test_malformed_json_and_bad_utf8(stubbed: FastProxy) -> None:
+    status, body = await post(stubbed, "/v1/chat/completions", b'{"messages": [')
+    assert status == 400 and body["error"]["code"] == "invalid_json"
+    status, body = await post(stubbed, "/v1/chat/completions", b'{"messages": "\xff\xfe"}')
+    assert status == 400 and body["error"]["code"] == "invalid_encoding"
+
+
+@pytest.mark.parametrize("model", ["gpt-9", "gtp-4o"])
+async def test_unknown_model_is_404_in_openai_format_listing_the_ids(
+    stubbed: FastProxy, model: str
+) -> None:
+    with pytest.raises(openai.NotFoundError) as exc:
+        await stubbed.openai().chat.completions.create(model=model, messages=HELLO, max_tokens=4)  # type: ignore[arg-type]
+    assert exc.value.code == "model_not_found"
+    assert "auto" in exc.value.message and "plain" in exc.value.message
+
+
+async def test_unknown_path_is_404_in_openai_format(stubbed: FastProxy) -> None:
+    resp = await stubbed.http.get("/v1/engines")
+    assert resp.status == 404 and "error" in await resp.json()
+
+
+async def test_oversize_body_is_413_in_openai_format(stubbed: FastProxy) -> None:
+    # Beyond the default max_body_bytes (8 MiB): answered, not a dropped connection.
+    big = json.dumps({"messages": [{"role": "user", "content": "x" * (9 * 1024 * 1024)}]})
+    status, body = await post(stubbed, "/v1/chat/completions", io.BytesIO(big.encode()))
+    assert status == 413
+    assert body["error"]["type"] == "invalid_request_error"
+
+
+async def test_responses_errors_are_openai_errors(stubbed: FastProxy) -> None:
+    client = stubbed.openai()
+    with pytest.raises(openai.NotFoundError) as exc:
+        await client.responses.create(model="gpt-9", input="hi")
+    assert exc.value.code == "model_not_found"
+    with pytest.raises(openai.BadRequestError) as bad:
+        await client.responses.create(model="auto", input="hi", previous_response_id="resp_1")
+    assert "whole conversation" in bad.value.message
+
+
+async def test_restarting_an_unknown_backend_is_404_naming_the_backends(
+    stubbed: FastProxy,
+) -> None:
+    status, body = await post(stubbed, "/admin/backends/nope/restart", b"")
+    assert status == 404 and "the backends are" in body["error"]["message"]
+
+
+# ------------------------------------------------------------------- Anthropic Messages API
+
+
+async def test_messages_errors_are_in_anthropics_shape(stubbed: FastProxy) -> None:
+    claude = stubbed.anthropic()
+    with pytest.raises(anthropic.NotFoundError) as missing:
+        await claude.messages.create(model="gpt-9", max_tokens=8, messages=HELLO)  # type: ignore[arg-type]
+    body = missing.value.body
+    assert isinstance(body, dict) and body["type"] == "error"
+    assert body["error"]["type"] == "not_found_error"
+    assert "model_aliases" in body["error"]["message"]
+    with pytest.raises(anthropic.BadRequestError) as bad:
+        await claude.messages.create(model="claude-x", max_tokens=8, messages=[])
+    assert bad.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+    for path in ("/v1/messages", "/v1/messages/count_tokens"):
+        status, error = await post(stubbed, path, b'{"messages": [')
+        assert status == 400 and error["type"] == "error", error
+        assert error["error"]["type"] == "invalid_request_error" and error["error"]["message"]
+
+
+# ------------------------------------------------------------- llama.cpp's own surfaces
+
+
+async def test_infill_needs_prefix_and_suffix(stubbed: FastProxy) -> None:
+    status, error = await post(stubbed, "/infill", b'{"input_prefix": "x = "}')
+    assert status == 400 and error["error"]["param"] == "input_suffix"
+
+
+async def test_passthrough_bad_input_and_unknown_model(stubbed: FastProxy) -> None:
+    status, error = await post(stubbed, "/detokenize", b'{"tokens": ["a"]}')
+    assert status == 400 and error["error"]["param"] == "tokens"
+    status, error = await post(stubbed, "/tokenize", b'{"content": "x", "model": "gpt-9"}')
+    assert status == 404 and error["error"]["code"] == "model_not_found"
