@@ -57,6 +57,13 @@ async def post(proxy: FastProxy, path: str, data: bytes | io.BytesIO) -> tuple[i
         ({"messages": HELLO, "max_tokens": "ten"}, "max_tokens"),
         ({"messages": HELLO, "stream": "yes"}, "stream"),
         ({"messages": HELLO, "model": 7}, "model"),
+        # Shapes llama-server answers with a 500 (the real-backend fuzz found them).
+        ({"messages": HELLO, "tools": [{"type": "function", "function": 3}]}, "tools[0].function"),
+        ({"messages": HELLO, "tools": [{"type": "function", "function": {}}]}, "tools[0].function"),
+        (
+            {"messages": [*HELLO, {"role": "assistant", "tool_calls": [{"function": {}}]}]},
+            "messages[1].tool_calls[0].function",
+        ),
     ],
 )
 async def test_bad_requests_are_400_in_openai_format(
@@ -157,3 +164,50 @@ async def test_passthrough_bad_input_and_unknown_model(stubbed: FastProxy) -> No
     assert status == 400 and error["error"]["param"] == "tokens"
     status, error = await post(stubbed, "/tokenize", b'{"content": "x", "model": "gpt-9"}')
     assert status == 404 and error["error"]["code"] == "model_not_found"
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"input": "hi", "tools": [{"type": "function", "parameters": {}}]}, "tools[0].name"),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_text", "text": 5}]}]},
+            "input[0].content[0].text",
+        ),
+    ],
+)
+async def test_responses_shapes_llama_server_fails_on_are_400(
+    stubbed: FastProxy, body: dict[str, object], param: str
+) -> None:
+    before = sent(stubbed)
+    resp = await stubbed.http.post("/v1/responses", json={"model": "plain", **body})
+    error = (await resp.json())["error"]
+    assert resp.status == 400 and error["param"] == param, error
+    assert sent(stubbed) == before
+
+
+async def test_tools_real_agents_send_still_pass(stubbed: FastProxy) -> None:
+    tool = {"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}
+    call = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+    messages = [
+        *HELLO,
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "text"},
+    ]
+    chat = await stubbed.http.post(
+        "/v1/chat/completions",
+        json={"model": "plain", "messages": messages, "tools": [tool], "max_tokens": 4},
+    )
+    assert chat.status == 200, await chat.text()
+    responses = await stubbed.http.post(
+        "/v1/responses",
+        json={
+            "model": "plain",
+            "input": [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}],
+            "tools": [
+                {"type": "function", "name": "shell", "parameters": {}},
+                {"type": "web_search"},
+            ],
+        },
+    )
+    assert responses.status == 200, await responses.text()

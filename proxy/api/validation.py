@@ -22,6 +22,7 @@ def validate_body(raw: Any, endpoint: Endpoint) -> dict[str, Any]:
     body = check_object(raw)
     if endpoint == "chat":
         _check_messages(body.get("messages"))
+        _check_chat_tools(body.get("tools"))
     else:
         _check_prompt(body.get("prompt"))
     _check_sampling(body)
@@ -47,6 +48,7 @@ def check_completions(body: Any) -> dict[str, Any]:
 def check_responses(raw: Any) -> dict[str, Any]:
     """POST /v1/responses: `input` as text or a list of items."""
     body = check_responses_input(raw)
+    _check_responses_tools(body.get("tools"))
     _check_sampling(body)
     return body
 
@@ -59,6 +61,13 @@ def check_responses_input(raw: Any) -> dict[str, Any]:
         raise _bad("`input` must be a string or a non-empty list of input items", "input")
     if isinstance(value, list) and not all(isinstance(item, dict) for item in value):
         raise _bad("every `input` item must be an object such as {role, content}", "input")
+    for i, item in enumerate(value if isinstance(value, list) else []):
+        content = item.get("content")
+        for j, part in enumerate(content if isinstance(content, list) else []):
+            texty = isinstance(part, dict) and part.get("type") in ("input_text", "output_text")
+            if texty and not isinstance(part.get("text"), str):
+                where = f"input[{i}].content[{j}].text"
+                raise _bad(f"`{where}` must be a string", where)
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise _bad("`instructions` must be a string", "instructions")
@@ -177,6 +186,7 @@ def check_chat_messages(raw: Any) -> dict[str, Any]:
     """/apply-template and /v1/chat/completions/input_tokens: a chat's `messages`."""
     body = check_object(raw)
     _check_messages(body.get("messages"))
+    _check_chat_tools(body.get("tools"))
     return body
 
 
@@ -234,6 +244,8 @@ def _check_messages(messages: Any) -> None:
                 f"{where}.role must be system, developer, user, assistant or tool; got {role!r}",
                 f"{where}.role",
             )
+        if role == "assistant":
+            _check_tool_calls(message.get("tool_calls"), where)
         content = message.get("content")
         if content is None and role == "assistant":
             continue
@@ -244,3 +256,56 @@ def _check_messages(messages: Any) -> None:
         raise _bad(
             f"{where}.content must be a string or a list of content parts", f"{where}.content"
         )
+
+
+def _named(value: Any) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("name"), str) and bool(value["name"])
+
+
+def _check_chat_tools(tools: Any) -> None:
+    """Chat `tools`: function tools as {"type": "function", "function": {"name": ...}}."""
+    if tools is None:
+        return
+    if not isinstance(tools, list):
+        raise _bad("`tools` must be a list of tools", "tools")
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            raise _bad(f"`tools[{i}]` must be an object", f"tools[{i}]")
+        if tool.get("type", "function") == "function" and not _named(tool.get("function")):
+            raise _bad(
+                f'`tools[{i}].function` must be an object with a `name`, as in {{"type": '
+                '"function", "function": {"name": "read_file", "parameters": {...}}}',
+                f"tools[{i}].function",
+            )
+
+
+def _check_tool_calls(calls: Any, where: str) -> None:
+    """An assistant turn's `tool_calls`: each names the function it called."""
+    if calls is None:
+        return
+    if not isinstance(calls, list):
+        raise _bad(f"{where}.tool_calls must be a list", f"{where}.tool_calls")
+    for j, call in enumerate(calls):
+        if not (isinstance(call, dict) and _named(call.get("function"))):
+            at = f"{where}.tool_calls[{j}]"
+            raise _bad(
+                f"{at} must be an object whose `function` has a `name` (and its `arguments`)",
+                f"{at}.function",
+            )
+
+
+def _check_responses_tools(tools: Any) -> None:
+    """Responses `tools`: function tools carry their `name` at the top level."""
+    if tools is None:
+        return
+    if not isinstance(tools, list):
+        raise _bad("`tools` must be a list of tools", "tools")
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            raise _bad(f"`tools[{i}]` must be an object", f"tools[{i}]")
+        if tool.get("type") == "function" and not _named(tool):
+            raise _bad(
+                f'`tools[{i}]` is a function tool without a `name`: {{"type": "function", '
+                '"name": "shell", "parameters": {...}}',
+                f"tools[{i}].name",
+            )
