@@ -262,15 +262,21 @@ def _named(value: Any) -> bool:
     return isinstance(value, dict) and isinstance(value.get("name"), str) and bool(value["name"])
 
 
-def _check_chat_tools(tools: Any) -> None:
-    """Chat `tools`: function tools as {"type": "function", "function": {"name": ...}}."""
+def _tools(tools: Any) -> list[tuple[int, dict[str, Any]]]:
+    """`tools`, absent or a list of objects, numbered."""
     if tools is None:
-        return
+        return []
     if not isinstance(tools, list):
         raise _bad("`tools` must be a list of tools", "tools")
     for i, tool in enumerate(tools):
         if not isinstance(tool, dict):
             raise _bad(f"`tools[{i}]` must be an object", f"tools[{i}]")
+    return list(enumerate(tools))
+
+
+def _check_chat_tools(tools: Any) -> None:
+    """Chat `tools`: function tools as {"type": "function", "function": {"name": ...}}."""
+    for i, tool in _tools(tools):
         if tool.get("type", "function") == "function" and not _named(tool.get("function")):
             raise _bad(
                 f'`tools[{i}].function` must be an object with a `name`, as in {{"type": '
@@ -296,13 +302,7 @@ def _check_tool_calls(calls: Any, where: str) -> None:
 
 def _check_responses_tools(tools: Any) -> None:
     """Responses `tools`: function tools carry their `name` at the top level."""
-    if tools is None:
-        return
-    if not isinstance(tools, list):
-        raise _bad("`tools` must be a list of tools", "tools")
-    for i, tool in enumerate(tools):
-        if not isinstance(tool, dict):
-            raise _bad(f"`tools[{i}]` must be an object", f"tools[{i}]")
+    for i, tool in _tools(tools):
         if tool.get("type") == "function" and not _named(tool):
             raise _bad(
                 f'`tools[{i}]` is a function tool without a `name`: {{"type": "function", '
