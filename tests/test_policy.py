@@ -181,9 +181,10 @@ def test_on_a_shared_device_only_near_ties_are_probed() -> None:
     # A probe holds the device for a whole answer: on a shared one, a slow backend's probe
     # would make every request arriving meanwhile wait for it.
     board = Scoreboard()
-    measure(board, "plain", "code", 18)
-    measure(board, "ngram", "code", 17)
-    measure(board, "draft", "code", 12)
+    for jitter in (1.0, 1.01, 0.99, 1.005):  # a clear, repeated measurement
+        measure(board, "plain", "code", 18 * jitter)
+        measure(board, "ngram", "code", 17 * jitter)
+        measure(board, "draft", "code", 12 * jitter)
     policy = RoutePolicy(board, explore_share=0.5, rng=random.Random(5))
     one_cpu = shared(
         Backend("plain"), Backend("ngram", "ngram-mod"), Backend("draft", "draft-simple")
@@ -191,6 +192,22 @@ def test_on_a_shared_device_only_near_ties_are_probed() -> None:
     picks = [policy.choose("code", one_cpu) for _ in range(400)]
     probes = Counter(c.backend for c in picks if c is not None and c.reason == "explore")
     assert set(probes) == {"ngram"}
+
+
+def test_on_a_shared_device_one_slow_sample_does_not_bar_a_backend() -> None:
+    # One sample cannot tell 12 t/s from 18 (its interval is a factor of two either way):
+    # the twin measured once on a bad moment is probed until a repeat settles it.
+    board = Scoreboard()
+    for jitter in (1.0, 1.01, 0.99, 1.005):
+        measure(board, "plain", "code", 18 * jitter)
+    measure(board, "twin", "code", 12)
+    policy = RoutePolicy(board, explore_share=0.5, rng=random.Random(5))
+    one_cpu = shared(Backend("plain"), Backend("twin"))
+    picks = [policy.choose("code", one_cpu) for _ in range(40)]
+    assert any(c is not None and (c.backend, c.reason) == ("twin", "explore") for c in picks)
+    measure(board, "twin", "code", 12.1)  # the repeat agrees: clearly slower, not probed again
+    picks = [policy.choose("code", one_cpu) for _ in range(400)]
+    assert all(c is not None and c.backend == "plain" for c in picks)
 
 
 def test_no_exploring_next_to_busy_backends_on_a_shared_device() -> None:

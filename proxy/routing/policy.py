@@ -254,24 +254,35 @@ class RoutePolicy:
                         return RouteChoice(other.name, "join_queue", levels[other.name])
                 return RouteChoice(best.name, "wait_device", levels[best.name])
         # A probe runs only where its device is idle: next to busy backends it would slow them
-        # and be measured under contention it did not cause. On a device it shares, a probe
-        # of a clearly slower backend holds the device for a whole answer, and every request
-        # arriving meanwhile waits for it (a 29-s draft probe opened a sweep cell of eight code
-        # streams and cost it 60 %): there only near-ties are probed. Nor is a request sent
-        # where it would process much more of its prompt than on the best.
+        # and be measured under contention it did not cause. Nor is a request sent where it
+        # would process much more of its prompt than on the best.
         top = credited(best)
+        low = estimates[best.name].interval(board.alpha)[0]
+
+        def unsure_of(b: RoutableBackend) -> bool:
+            # The intervals overlap: the order may be wrong.
+            return estimates[b.name].interval(board.alpha)[1] >= low
+
+        # On a device it shares, a probe of a backend clearly slower holds the device for a
+        # whole answer, and every request arriving meanwhile waits for it (a 29-s draft probe
+        # opened a sweep cell of eight code streams and cost it 60 %): there only near-ties
+        # and backends whose measurement cannot yet tell them apart from the best are probed,
+        # so one unlucky sample does not bar a backend for good.
         probes = [
             b
             for b in ranked[1:]
             if self._starts_now(b)
             and self._device_idle(b, backends)
             and cheap_to_move(b)
-            and (not self._shares_device(b, ready) or credited(b) >= (1 - JOIN_MARGIN) * top)
+            and (
+                not self._shares_device(b, ready)
+                or credited(b) >= (1 - JOIN_MARGIN) * top
+                or unsure_of(b)
+            )
         ]
-        # Where the intervals of two estimates overlap, the order may be wrong: probe there
-        # at the configured share; a backend clearly slower is re-measured half as often.
-        low = estimates[best.name].interval(board.alpha)[0]
-        unsure = [b for b in probes if estimates[b.name].interval(board.alpha)[1] >= low]
+        # Where the intervals overlap, probe at the configured share; a backend clearly slower
+        # is re-measured half as often.
+        unsure = [b for b in probes if unsure_of(b)]
         share = self.explore_share if unsure else self.explore_share / 2
         if probes and self.rng.random() < share:
             other = self._explore_target(unsure or probes, estimates[best.name], estimates)
