@@ -325,6 +325,38 @@ def proxy_backends(proxy: str, api_key: str | None) -> list[str]:
     return list(backends)
 
 
+def wait_until_idle(
+    proxy: str, api_key: str | None, quiet_s: float = 5, patience_s: float = 1800
+) -> bool:
+    """Wait until no backend has requests in flight or queued for quiet_s; False on timeout.
+
+    A bare llama-server session started during the proxy's start-up calibration would share
+    the cores with it and be measured slow, which flatters every proxy mode.
+    """
+    deadline = time.monotonic() + patience_s
+    quiet_since: float | None = None
+    announced = False
+    while time.monotonic() < deadline:
+        backends = requests.get(f"{proxy}/health", headers=_auth(api_key), timeout=10).json()
+        busy = [
+            name
+            for name, b in backends.get("backends", {}).items()
+            if b.get("in_flight", 0) or b.get("queued", 0)
+        ]
+        now = time.monotonic()
+        if busy:
+            quiet_since = None
+            if not announced:
+                log(f"waiting for the proxy to go idle ({', '.join(busy)} busy: calibration?)")
+                announced = True
+        elif quiet_since is None:
+            quiet_since = now
+        elif now - quiet_since >= quiet_s:
+            return True
+        time.sleep(1)
+    return False
+
+
 def restart_backends(
     proxy: str, names: Sequence[str], api_key: str | None, patience_s: float = 1800
 ) -> list[str]:
@@ -480,6 +512,8 @@ def run(args: argparse.Namespace) -> list[Row]:
     unknown = [m for m in modes if m not in (AUTO, BARE, *backends)]
     if unknown:
         raise SystemExit(f"unknown modes {unknown}; the proxy's backends are {backends}")
+    if not wait_until_idle(args.proxy, args.api_key):
+        raise SystemExit(f"{args.proxy} stayed busy for 30 minutes; nothing was measured")
     args.out.mkdir(parents=True, exist_ok=True)
     turns_path = args.out / "turns.jsonl"
     rows: list[Row] = []

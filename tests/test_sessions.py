@@ -39,6 +39,7 @@ from scripts.session_benchmark import (
     markdown,
     ratio_interval,
     summarise,
+    wait_until_idle,
 )
 from tests.conftest import ROOT, RunningProxy
 from tests.test_loadtests import LOCUST, _summary
@@ -562,3 +563,14 @@ def test_agent_session_users_replay_their_sessions_on_the_proxy(
     rows = {(r["method"], r["name"]) for r in json.loads((tmp_path / "stats.json").read_text())}
     assert {("POST", "chat:agent-mixed"), ("METRIC", "cached:agent-mixed:plain")} <= rows
     assert "2 agent sessions" in run.stderr
+
+
+def test_the_session_benchmark_waits_for_a_busy_proxy_to_go_idle(proxy: RunningProxy) -> None:
+    # A long answer in flight stands for start-up calibration: the benchmark must not start.
+    body = {"model": "plain", "messages": [{"role": "user", "content": "Count to 500."}]}
+    body |= {"max_tokens": 1500, "stream": True, "ignore_eos": True}
+    url = f"{proxy.url}/v1/chat/completions"
+    with requests.post(url, json=body, stream=True, timeout=120) as answer:
+        next(answer.iter_lines())
+        assert not wait_until_idle(proxy.url, None, quiet_s=1, patience_s=2)
+    assert wait_until_idle(proxy.url, None, quiet_s=1, patience_s=60)
