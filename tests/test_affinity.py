@@ -223,3 +223,19 @@ def test_an_agent_sessions_first_turn_is_placed_for_the_whole_session() -> None:
     assert board.agent_mix("change") == {"code": 1.0}
     calls = policy.choose("code", backends, change)
     assert calls is not None and calls.backend == "plain"
+
+
+def test_an_agent_sessions_first_turn_is_never_a_probe() -> None:
+    # Twins measured alike, so each is unsure of the other and explore_share 1 probes every time.
+    board = board_with()
+    for name in ("plain", "ngram"):
+        for tps in (9.0, 11.0):
+            measure(board, name, "code", tps)
+    policy = RoutePolicy(board, explore_share=1.0, speculation_margin=0)
+    backends = shared(Backend("plain"), Backend("ngram", "ngram-mod"))
+    lone = policy.choose("code", backends, RequestCost(prompt_tokens=6000))
+    assert lone is not None and lone.reason == "explore"
+    # Its session would stay on the probed backend: the first turn goes where it is best.
+    for intent in ("change", "question", "other"):
+        first = policy.choose("code", backends, RequestCost(prompt_tokens=6000, agent=intent))
+        assert first is not None and first.reason != "explore", (intent, first)

@@ -284,7 +284,10 @@ class RoutePolicy:
         # is re-measured half as often.
         unsure = [b for b in probes if unsure_of(b)]
         share = self.explore_share if unsure else self.explore_share / 2
-        if probes and self.rng.random() < share:
+        # An agent session's first turn is never a probe: the session stays where that turn
+        # lands, so the probe would cost every later turn too (an explain session sent to
+        # ngram to measure it kept decoding there at 0.8x plain).
+        if probes and not self._opens_session(cost) and self.rng.random() < share:
             other = self._explore_target(unsure or probes, estimates[best.name], estimates)
             return RouteChoice(other.name, "explore", levels[other.name])
         fastest = max(ready, key=lambda b: estimates[b.name].tokens_per_s)
@@ -314,6 +317,13 @@ class RoutePolicy:
         )
         return max(est.tokens_per_s if est is not None else 0.0, 1e-9)
 
+    @staticmethod
+    def _opens_session(cost: RequestCost) -> bool:
+        """An agent's turn whose prompt no backend holds: where it lands, its session stays."""
+        return cost.agent is not None and not any(
+            n >= AFFINITY_TOKENS for n in cost.cached.values()
+        )
+
     def _session_mix(
         self,
         task: str,
@@ -328,7 +338,7 @@ class RoutePolicy:
         than any decode gain), so that turn is placed for the answers the session will give:
         its edits as much as the tool call it starts with.
         """
-        if cost.agent is None or any(n >= AFFINITY_TOKENS for n in cost.cached.values()):
+        if cost.agent is None or not self._opens_session(cost):
             return [("", 1.0)]
         mix = self.scoreboard.agent_mix(cost.agent) or _AGENT_MIX_PRIOR.get(cost.agent, {task: 1.0})
         usable = [
