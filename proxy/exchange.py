@@ -35,7 +35,7 @@ class Route:
 
 @dataclass(frozen=True)
 class Admission:
-    """How the backend took the request: server, device, slot, and the wait for them."""
+    """How the backend took the request: server, device, and the wait for them."""
 
     device: str
     device_wait_s: float
@@ -46,7 +46,7 @@ class Admission:
     @classmethod
     def of(cls, use: SlotUse, slots: int) -> Admission:
         """From the backend's hold on the request."""
-        return cls(use.device, use.device_wait_s, Placement(use.base_url, use.slot_id), slots)
+        return cls(use.device, use.device_wait_s, Placement(use.base_url), slots)
 
 
 @dataclass

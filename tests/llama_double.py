@@ -46,6 +46,7 @@ class Behaviour:
     metrics: bool = True  # False: /metrics answers 501, as llama-server without --metrics
     healthy: bool = True  # False: /health answers 503, as while a model loads
     n_ctx: int = 4096  # tokens one request may hold, as /props reports it
+    cache_n: int = 0  # prompt tokens each answer says it found cached (of cache_n + 5)
 
 
 @dataclass
@@ -78,7 +79,7 @@ class LlamaServerDouble:
     def timings(self, n: int) -> dict[str, Any]:
         b = self.behaviour
         timings: dict[str, Any] = {
-            "cache_n": 0,
+            "cache_n": b.cache_n,
             "prompt_n": 5,
             "prompt_ms": 2.0,
             "prompt_per_token_ms": 0.4,

@@ -53,7 +53,7 @@ def test_markers_the_model_does_not_read_do_not_break_the_prefix() -> None:
 
 def test_the_cache_knows_where_a_prompt_is_held_and_forgets_old_ones() -> None:
     cache = PrefixCache()
-    here = Placement("http://a", 2)
+    here = Placement("http://a")
     cache.record("plain", PromptPrefix.of(turn(1)), here, prompt_tokens=3000, slots=2)
     held = cache.cached("plain", PromptPrefix.of(turn(2)), {"http://a"})
     # Tokens from the measured characters per token of that backend's prompts.
@@ -68,7 +68,7 @@ def test_the_cache_knows_where_a_prompt_is_held_and_forgets_old_ones() -> None:
     for i in range(10):
         other = turn(1)
         other["messages"][1] = {"role": "user", "content": f"task {i}"}  # type: ignore[index]
-        cache.record("plain", PromptPrefix.of(other), Placement("http://a", i % 2), 3000, 2)
+        cache.record("plain", PromptPrefix.of(other), Placement("http://a"), 3000, 2)
     assert len(cache.held_prompts("plain")) == 2 + 4
     # The session's own turn fell out: what is left of turn 3 is the system prompt and tools
     # that the newer sessions share with it, as much as a session never seen gets.

@@ -114,7 +114,6 @@ def test_a_sessions_turns_stay_on_the_backend_that_caches_their_prompt(
         assert isinstance(prompt, int) and cached[lines.index(line)] >= prompt * 0.6, lines
         # The router's expectation of the cache, beside what llama-server reported.
         assert line["expected_cached_tokens"] <= line["cached_tokens"] + 64  # type: ignore[operator]
-        assert line["slot"] is not None
     status, _ = get_json(f"{calibrated.url}/health")
     assert status == 200
     metrics = requests.get(f"{calibrated.url}/metrics", timeout=10).text

@@ -36,7 +36,7 @@ SCREENSHOT_ENV = "SPECPROXY_STATUS_SCREENSHOT"
 async def test_the_page_shows_every_backend_and_the_last_requests_without_their_text(
     tmp_path: Path,
 ) -> None:
-    doubles = {name: await start_double(Behaviour()) for name in ("plain", "ngram")}
+    doubles = {name: await start_double(Behaviour(cache_n=2180)) for name in ("plain", "ngram")}
     backends = [
         {"name": "plain", "url": doubles["plain"].url},
         {"name": "ngram", "kind": "ngram", "url": doubles["ngram"].url},
@@ -61,6 +61,8 @@ async def test_the_page_shows_every_backend_and_the_last_requests_without_their_
     for name in ("plain", "ngram"):
         assert f"<td>{name}</td>" in live
     assert "1 request served" in live and "<td>chat</td><td>ngram</td>" in live
+    # What llama-server found cached of the prompt, beside the prompt's size.
+    assert ">2,180 / 2,185</td>" in live
     assert "a prompt nobody may read" not in html + live
     assert live in html, "the page's live part is what /ui/live serves"
     assert browser.status == 302 and browser.headers["Location"] == "/ui"

@@ -24,6 +24,9 @@ class RecentRequest:
     task: str
     route: str
     status: int
+    # Prompt tokens, and how many of them llama-server found in its cache.
+    prompt_tokens: int
+    cached_tokens: int
     tokens: int
     tokens_per_s: float
     ttft_s: float | None
@@ -51,6 +54,8 @@ class RecentRequests:
                 task=exchange.task or "",
                 route=route.reason if route is not None else "",
                 status=exchange.status,
+                prompt_tokens=timings.prompt_n + timings.cache_n,
+                cached_tokens=timings.cache_n,
                 tokens=timings.predicted_n,
                 tokens_per_s=timings.tokens_per_s,
                 ttft_s=upstream.ttft_s if upstream is not None else None,

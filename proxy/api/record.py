@@ -93,7 +93,6 @@ def _log(app: web.Application, exchange: Exchange, outcome: Outcome, timings: Ti
         cached_tokens=timings.cache_n if generates else None,
         # What the router took the backend to hold: beside cached_tokens, how well it knew.
         expected_cached_tokens=route.cached.tokens if generates else None,
-        slot=admission.placement.slot if admission is not None else None,
         contended=exchange.contended or None,
         duration_s=round(upstream.duration_s, 3),
         device=admission.device if admission is not None else route.backend.device.name,

@@ -315,9 +315,7 @@ async def _admit_and_relay(
     upstream = exchange.upstream = Measurement()
     exchange.admission, exchange.mean_load = None, None
     if surface.uses_slot:
-        hold = backend.slot(
-            fit.tokens, route.cached.worth_following, surface.places_slot, lambda: upstream.settled
-        )
+        hold = backend.slot(fit.tokens, route.cached.worth_following, lambda: upstream.settled)
     else:
         # A passthrough (tokenize, templates) decodes nothing: any server of the backend.
         hold = nullcontext(SlotUse(base_url=backend.base_url, device=backend.device.name))
@@ -335,10 +333,6 @@ async def _admit_and_relay(
             exchange.admit_wait_s = time.monotonic() - asked
             admission = exchange.admission = Admission.of(use, backend.limit)
             target = admission.placement.url
-            if use.slot_id is not None:
-                # The slot the proxy knows holds the prompt's prefix, or a free one; and the
-                # cache explicitly on, whatever the server's default.
-                body = {**body, "id_slot": use.slot_id, "cache_prompt": True}
             headers["X-Specproxy-Device"] = admission.device
             headers["X-Specproxy-Device-Wait"] = f"{admission.device_wait_s:.3f}"
             started = meter.snapshot()

@@ -140,6 +140,7 @@ def _recent(request: web.Request) -> str:
                 r.task,
                 r.route,
                 status,
+                f"{r.cached_tokens:,} / {r.prompt_tokens:,}" if r.prompt_tokens else None,
                 r.tokens,
                 r.tokens_per_s or None,
                 r.ttft_s,
@@ -147,7 +148,8 @@ def _recent(request: web.Request) -> str:
             )
         )
     headers = ("finished (UTC)", "endpoint", "model", "backend", "class", "route", "status")
-    return _table((*headers, "tokens", "tokens/s", "TTFT s", "took s"), rows, numeric=4)
+    numbers = ("cached / prompt", "tokens", "tokens/s", "TTFT s", "took s")
+    return _table((*headers, *numbers), rows, numeric=len(numbers))
 
 
 def live_html(request: web.Request) -> str:

@@ -100,9 +100,6 @@ class Surface:
     stream_progress: bool = False
     # What the body becomes on its way to llama-server, where a client's shape needs it.
     upstream: Callable[[dict[str, Any]], dict[str, Any]] = _same
-    # Whether llama-server reads `id_slot` here: b11434 drops it from Anthropic bodies, and
-    # embeddings take any free slot.
-    places_slot: bool = True
 
     @property
     def generates(self) -> bool:
@@ -147,7 +144,6 @@ SURFACES: tuple[Surface, ...] = (
         "classifier",
         messages_view,
         _ANTHROPIC,
-        places_slot=False,
     ),
     Surface("/infill", "infill", v.check_infill, "fim"),
     Surface("/completion", "completion", v.check_completions, "classifier"),
@@ -160,7 +156,7 @@ SURFACES: tuple[Surface, ...] = (
         wire=_INPUT_ONLY,
         uses_slot=False,
     ),
-    Surface("/v1/embeddings", "embeddings", v.check_embeddings, places_slot=False),
+    Surface("/v1/embeddings", "embeddings", v.check_embeddings),
     Surface(
         "/v1/chat/completions/input_tokens",
         "chat-input-tokens",

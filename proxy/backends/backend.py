@@ -20,10 +20,14 @@ class BackendSaturatedError(Exception):
 
 @dataclass(frozen=True)
 class Placement:
-    """Where a prompt was processed: the server (an external backend's replica) and slot."""
+    """Where a prompt was processed: the server (an external backend's replica).
+
+    Never a llama-server slot: with slots sharing one KV cache, llama-server saves an idle
+    slot's prompt to its RAM cache and clears the slot whenever another request starts, and
+    finds it again by prefix only for a request that names no slot (docs/routing.md).
+    """
 
     url: str
-    slot: int | None = None
 
 
 @dataclass
@@ -37,8 +41,6 @@ class SlotUse:
     # How many requests decoded on the device at once, on average, while this one held its
     # slot (itself included); set when the hold ends. None for a request that held none.
     mean_load: float | None = None
-    # The llama-server slot the request is sent to (`id_slot`), where the proxy picks it.
-    slot_id: int | None = None
 
 
 # Asked when a hold ends without an exception: whether llama-server finished the request (an
@@ -161,7 +163,6 @@ class Backend(RoutableBackend, Protocol):
         self,
         tokens: int = 0,
         prefer: Placement | None = None,
-        place: bool = False,
         settled: Settled | None = None,
     ) -> AbstractAsyncContextManager[SlotUse]:
         """Admission: its device's share and a concurrency slot, held for one request."""

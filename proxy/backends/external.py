@@ -250,13 +250,11 @@ class ExternalBackend:
         self,
         tokens: int = 0,
         prefer: Placement | None = None,
-        place: bool = False,
         settled: Settled | None = None,
     ) -> AsyncIterator[SlotUse]:
         """Hold a slot on the least loaded ready replica (`prefer`'s, holding the request's
         prompt, when it has room) and its share of the device, waiting in the bounded queue
-        when every replica is full; raise when the queue is full. Slot ids are never placed:
-        other clients share the servers.
+        when every replica is full; raise when the queue is full.
 
         With a replica free, nothing suspends between the caller's choice and the admission.
         """

@@ -63,10 +63,6 @@ class BackendSupervisor:
         self.in_flight = 0
         self.queued = 0
         self._slots = asyncio.Semaphore(self.limit)
-        # Slot ids free for a request, least recently used first; requests in flight that
-        # llama-server placed itself (the Anthropic API drops `id_slot`) leave no id known free.
-        self._free_ids: list[int] = list(range(spec.config.parallel))
-        self._unplaced = 0
         self.restarts = 0
         self.failed_health_checks = 0
         self.base_url = spec.url or ""
@@ -128,15 +124,14 @@ class BackendSupervisor:
         self,
         tokens: int = 0,
         prefer: Placement | None = None,
-        place: bool = False,
         settled: Settled | None = None,
     ) -> AsyncIterator[SlotUse]:
         """Hold this backend's share of its device and one concurrency slot, waiting in the
         bounded queue; raise when the queue is full. `tokens`: what the request will hold of
-        the KV cache, counted against context_free while it runs. With `place`, the request
-        is given a llama-server slot id to send: `prefer` (the slot holding its prefix) when
-        it is free, else the one least recently used. A hold left by an exception, or one that
-        `settled` says llama-server did not finish, frees the device only once it is idle.
+        the KV cache, counted against context_free while it runs. `prefer` changes nothing:
+        the backend is one server, and llama-server itself finds the slot or RAM-cache entry
+        holding the prompt. A hold left by an exception, or one that `settled` says
+        llama-server did not finish, frees the device only once it is idle.
 
         Nothing suspends between a caller's choice of this backend and its admission when the
         device has room, so choosing and admitting are one step.
@@ -160,10 +155,6 @@ class BackendSupervisor:
         self.in_flight += 1
         self.held_tokens += tokens
         use.base_url = self.base_url  # read once admitted: a restart while queued moves the port
-        held = prefer.slot if prefer is not None and prefer.url == self.base_url else None
-        use.slot_id = self._take_slot_id(held) if place else None
-        if use.slot_id is None:
-            self._unplaced += 1
         mark = self.device.start_decoding()
         # Ended before llama-server finished it (client gone, timeout, error): the process
         # may still be computing, so the device is released once it is idle.
@@ -175,12 +166,6 @@ class BackendSupervisor:
             use.mean_load = self.device.stop_decoding(mark)
             self.in_flight -= 1
             self.held_tokens -= tokens
-            if use.slot_id is None:
-                self._unplaced -= 1
-            else:
-                # Least recently used first; an abandoned request's slot may still be finishing
-                # its answer (llama-server would hold the next one back), so it goes last too.
-                self._free_ids.append(use.slot_id)
             self._slots.release()
             if abandoned and self.process is not None:
                 task = asyncio.create_task(self._release_device_when_idle())
@@ -188,14 +173,6 @@ class BackendSupervisor:
                 task.add_done_callback(self._background.discard)
             else:
                 self.device.release(self.name)
-
-    def _take_slot_id(self, prefer: int | None) -> int | None:
-        """A slot id no request in flight holds, or None where that is not known."""
-        if self._unplaced or not self._free_ids:
-            return None
-        chosen = prefer if prefer in self._free_ids else self._free_ids[0]
-        self._free_ids.remove(chosen)
-        return chosen
 
     async def _release_device_when_idle(self) -> None:
         """Give the device back once llama-server stops working on abandoned requests.

@@ -80,10 +80,8 @@ async def calibrate(
         if not backend.ready or (backend.name, task) in refused:
             continue
         try:
-            async with backend.slot(place=True) as use:
+            async with backend.slot() as use:
                 payload = request.with_sampling(budget.get(task, max_tokens))
-                if use.slot_id is not None:
-                    payload["id_slot"] = use.slot_id
                 start = meter.snapshot()
                 async with session.post(f"{use.base_url}{request.path}", json=payload) as resp:
                     body = await resp.json() if resp.status == 200 else {}

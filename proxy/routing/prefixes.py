@@ -1,9 +1,10 @@
-"""Prompt prefixes: which backend, server and slot already hold the start of a request's prompt.
+"""Prompt prefixes: which backend and server already hold the start of a request's prompt.
 
 llama-server reuses a slot's KV cache for the longest prefix a new prompt shares with the one
-the slot last processed (`cache_prompt`, on by default). An agent's turn repeats its last
-turn's prompt and adds a tool result, so on the backend that served the last turn it costs
-seconds, and on any other the whole prompt again: minutes for 20 k tokens on a CPU.
+the slot last processed, and finds an idle slot's prompt again in its RAM cache (`--cache-ram`).
+An agent's turn repeats its last turn's prompt and adds a tool result, so on the backend that
+served the last turn it costs seconds, and on any other the whole prompt again: minutes for
+20 k tokens on a CPU.
 """
 
 from __future__ import annotations
@@ -151,7 +152,7 @@ class PrefixCache:
         urls: Collection[str],
         session: str | None = None,
     ) -> Cached:
-        """Tokens of `prefix` this backend holds (0 if none), and the slot that holds most.
+        """Tokens of `prefix` this backend holds (0 if none), and the server that holds most.
 
         `urls`: the backend's servers now; a prompt held by one since gone (a restart moves a
         supervised backend's port) is held no more.
