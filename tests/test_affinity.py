@@ -4,11 +4,14 @@ policy's choice when one backend holds an agent's long prompt (fast tier, no lla
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 from proxy.backends.backend import Placement
 from proxy.routing.policy import RequestCost, RoutePolicy
 from proxy.routing.prefixes import PrefixCache, PromptPrefix, session_key
 from proxy.routing.scoreboard import Outcome, Scoreboard
+from tests.inprocess import proxy_in_front
+from tests.llama_double import Behaviour, start_double
 from tests.test_policy import Backend, measure, shared
 
 TOOLS = [{"type": "function", "function": {"name": "read_file", "parameters": {}}}]
@@ -239,3 +242,20 @@ def test_an_agent_sessions_first_turn_is_never_a_probe() -> None:
     for intent in ("change", "question", "other"):
         first = policy.choose("code", backends, RequestCost(prompt_tokens=6000, agent=intent))
         assert first is not None and first.reason != "explore", (intent, first)
+
+
+async def test_no_slot_is_named_to_llama_server_not_even_a_clients(tmp_path: Path) -> None:
+    # llama-server finds a prompt in its slots and RAM cache only for a request naming no slot.
+    double = await start_double(Behaviour())
+    try:
+        async with proxy_in_front(tmp_path, [{"name": "plain", "url": double.url}]) as proxy:
+            for extra in ({}, {"id_slot": 1, "cache_prompt": False}):
+                body = {"model": "plain", "messages": turn(2)["messages"], **extra}
+                resp = await proxy.http.post("/v1/chat/completions", json=body)
+                assert resp.status == 200, await resp.text()
+    finally:
+        await double.stop()
+    sent = double.received
+    assert len(sent) == 2 and not any("id_slot" in b for b in sent), sent
+    # The client's other cache settings reach llama-server as it sent them.
+    assert "cache_prompt" not in sent[0] and sent[1]["cache_prompt"] is False

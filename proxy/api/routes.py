@@ -243,6 +243,10 @@ def _upstream_body(
     if not surface.generates:
         # A passthrough answers one JSON document; a `stream` flag would only confuse the relay.
         return {k: v for k, v in shaped.items() if k != "stream"}
+    if "id_slot" in shaped:
+        # Through the proxy a slot number names no particular server, and a named slot skips
+        # llama-server's own search of its slots and RAM cache (docs/routing.md).
+        shaped = {k: v for k, v in shaped.items() if k != "id_slot"}
     if not body.get("stream"):
         return shaped
     # Running timings in every streamed chunk: a stream its client abandons still measured
