@@ -16,6 +16,8 @@ from loadtests.measure import RunSummary
 from loadtests.sessions import TurnSample, cached_share, is_agent_task
 
 AUTO = "auto"
+# The agent cells' baseline: a bare llama-server started for the cell, not behind the proxy.
+BARE = "llama-server"
 CSV_FIELDS = (
     "task",
     "backend",
@@ -33,6 +35,8 @@ CSV_FIELDS = (
     "sessions",
     "session_s",
     "cached_share",
+    "later_cached_share",
+    "session_vs_bare",
 )
 
 
@@ -45,11 +49,14 @@ class AgentSummary:
     turns: int
     session_s: float | None
     cached_share: float | None
+    # Turns after the first: how much of the conversation so far a server still had.
+    later_cached_share: float | None
 
 
 def agent_summary(samples: Sequence[TurnSample], turns: int | None = None) -> AgentSummary:
     """Sessions of a cell; complete ones (every turn answered, `turns` of them if given) get a
     wall time from their first request to their last answer."""
+    answered = [s for s in samples if s.outcome == "ok"]
     by_session: dict[str, list[TurnSample]] = {}
     for s in samples:
         by_session.setdefault(s.session, []).append(s)
@@ -64,7 +71,8 @@ def agent_summary(samples: Sequence[TurnSample], turns: int | None = None) -> Ag
         complete=len(complete),
         turns=len(samples),
         session_s=statistics.fmean(walls) if walls else None,
-        cached_share=cached_share(s for s in samples if s.outcome == "ok"),
+        cached_share=cached_share(answered),
+        later_cached_share=cached_share(s for s in answered if s.turn >= 1),
     )
 
 
@@ -124,6 +132,8 @@ def write_csv(path: Path, cells: Sequence[Cell]) -> None:
                     c.agent.sessions if c.agent else "",
                     _round(c.agent.session_s) if c.agent else "",
                     _round(c.agent.cached_share, 3) if c.agent else "",
+                    _round(c.agent.later_cached_share, 3) if c.agent else "",
+                    _round(session_vs_bare(cells, c)),
                 ]
             )
 
@@ -220,7 +230,7 @@ def auto_lines(cells: Sequence[Cell], task: str, levels: Sequence[int]) -> list[
         cell = by_key.get((AUTO, level))
         if cell is None:
             continue
-        pinned = {b: v for (b, lv), v in agg.items() if lv == level and b != AUTO}
+        pinned = {b: v for (b, lv), v in agg.items() if lv == level and b not in (AUTO, BARE)}
         text = f"- auto at {level}: chose {_shares(cell.summary.backends) or 'nothing'}"
         if pinned and cell.summary.aggregate_tps > 0:
             best = max(pinned, key=lambda b: pinned[b])
@@ -251,17 +261,25 @@ def session_ratios(
     return out
 
 
+def session_vs_bare(cells: Sequence[Cell], cell: Cell) -> float | None:
+    """A cell's mean session time over the llama-server cell's at its task and level."""
+    level = cell.concurrency
+    return session_ratios(cells, cell.task, cell.backend, BARE, [level])[level]
+
+
 def agent_lines(
     cells: Sequence[Cell], task: str, backends: Sequence[str], baseline: str | None
 ) -> list[str]:
-    """A table of session time, time to first token and cached share, then session times
-    relative to the baseline."""
+    """A table of session time, time to first token and later turns' cached share, then
+    session times relative to bare llama-server's (the baseline's where it did not run)."""
     levels = sorted({c.concurrency for c in cells if c.task == task})
     by_key = {(c.backend, c.concurrency): c for c in cells if c.task == task}
+    reference = BARE if any(b == BARE for b, _ in by_key) else baseline
     out = [
         "",
         "Agent sessions: mean session wall time (first request to last answer, complete "
-        "sessions only), median time to first token, share of prompt tokens served from cache.",
+        "sessions only), median time to first token, share of the prompt tokens of later turns "
+        "(all but each session's first) served from cache.",
         "",
         "| backend | " + " | ".join(f"×{lv}" for lv in levels) + " |",
         "| --- |" + " ---: |" * len(levels),
@@ -276,20 +294,21 @@ def agent_lines(
                 continue
             session = f"{agent.session_s:.0f} s" if agent.session_s is not None else "-"
             ttft = _round(cell.summary.ttft_p50_s, 1) or "-"
-            cached = f"{agent.cached_share:.0%}" if agent.cached_share is not None else "-"
+            later = agent.later_cached_share
+            cached = f"{later:.0%}" if later is not None else "-"
             partial = (
                 f" ({agent.complete}/{agent.sessions})" if agent.complete < agent.sessions else ""
             )
             row.append(f"{session}{partial}, TTFT {ttft} s, {cached}")
         out.append(f"| {b} | " + " | ".join(row) + " |")
-    if baseline is not None and baseline in backends:
+    if reference is not None and reference in backends:
         out.append("")
         for b in backends:
-            if b == baseline:
+            if b == reference:
                 continue
-            ratios = session_ratios(cells, task, b, baseline, levels)
+            ratios = session_ratios(cells, task, b, reference, levels)
             shown = ", ".join(f"×{v:.2f} at {lv}" for lv, v in ratios.items() if v is not None)
-            out.append(f"- {b}: session time {shown or 'not measured'} of {baseline}'s")
+            out.append(f"- {b}: session time {shown or 'not measured'} of {reference}'s")
     return out
 
 
@@ -302,7 +321,9 @@ def write_markdown(path: Path, cells: Sequence[Cell], setup: SweepSetup) -> None
     """Per task class: a table of tokens/s, the verdict and what auto did."""
     levels = sorted({c.concurrency for c in cells})
     backends = list(dict.fromkeys(c.backend for c in cells))
-    kinds = ", ".join(f"{b} ({setup.kinds.get(b, '?')})" for b in backends if b != AUTO)
+    kinds = ", ".join(
+        f"{b} ({setup.kinds.get(b, 'bare' if b == BARE else '?')})" for b in backends if b != AUTO
+    )
     out = [
         "# Does speculation help under batching?",
         "",
@@ -313,12 +334,14 @@ def write_markdown(path: Path, cells: Sequence[Cell], setup: SweepSetup) -> None
         "`predicted_per_second`; for a stream cut at the end of the cell, its tokens over the "
         "time from its first to its last token).",
     ]
-    speculative = [b for b in backends if b not in (AUTO, setup.baseline)]
+    speculative = [b for b in backends if b not in (AUTO, BARE, setup.baseline)]
     for task in dict.fromkeys(c.task for c in cells):
         by_key = {(c.backend, c.concurrency): c.summary for c in cells if c.task == task}
+        # llama-server runs agent cells only: no empty row under the other classes.
+        measured = [b for b in backends if any(k[0] == b for k in by_key)]
         out += ["", f"## {task}", "", "| backend | " + " | ".join(f"×{lv}" for lv in levels) + " |"]
         out.append("| --- |" + " ---: |" * len(levels))
-        for b in backends:
+        for b in measured:
             row = []
             for lv in levels:
                 s = by_key.get((b, lv))
@@ -335,7 +358,7 @@ def write_markdown(path: Path, cells: Sequence[Cell], setup: SweepSetup) -> None
             out += verdict(cells, task, setup.baseline, speculative, levels, setup.margin)
         out += auto_lines(cells, task, levels)
         if is_agent_task(task):
-            out += agent_lines(cells, task, backends, setup.baseline)
+            out += agent_lines(cells, task, measured, setup.baseline)
     failed = [c for c in cells if failed_cell(c.summary)]
     if failed:
         out += ["", "## Failures", ""]

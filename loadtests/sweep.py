@@ -4,29 +4,35 @@ python -m loadtests.sweep --url http://127.0.0.1:8080 --out loadtest-results/
 
 Task classes are the prompt classes (code, prose, echo) and, asked for by name, coding-agent
 sessions (agent-edit-heavy, agent-explain, agent-mixed): N agents at once, each running one
-session of --session-turns turns (loadtests/sessions.py).
+session of --session-turns turns (loadtests/sessions.py). Agent cells also run the mode
+llama-server: a bare llama-server, started for the cell, as the baseline.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from loadtests.bare import BareServer, bare_command, free_port
 from loadtests.measure import RunSummary, Sample, read_samples, summarise
 from loadtests.prompts import PROMPTS, Messages, prompt_sequence
 from loadtests.report import (
     AUTO,
+    BARE,
     AgentSummary,
     Cell,
     SweepSetup,
@@ -69,6 +75,8 @@ class SweepOptions:
     system_tokens: int = DEFAULT_SYSTEM_TOKENS
     agent_seconds: int = 1800
     session_seed: int = 0
+    config: Path | None = None
+    ctx: int = 32768
 
 
 def _csv_list(text: str) -> list[str]:
@@ -95,6 +103,11 @@ def _tasks(text: str) -> list[str]:
     return tasks
 
 
+def task_modes(task: str, modes: Sequence[str]) -> list[str]:
+    """The modes a task's cells run: bare llama-server only where agents are measured."""
+    return [m for m in modes if m != BARE or is_agent_task(task)]
+
+
 def parse_options(argv: list[str] | None) -> SweepOptions:
     """The command line."""
     p = argparse.ArgumentParser(
@@ -102,11 +115,16 @@ def parse_options(argv: list[str] | None) -> SweepOptions:
     )
     p.add_argument("--url", default="http://127.0.0.1:8080", help="the proxy")
     p.add_argument("--out", type=Path, default=Path("loadtest-results"), help="report folder")
-    p.add_argument("--levels", type=_levels, default=[1, 2, 4, 8], help="concurrency levels")
+    p.add_argument(
+        "--levels",
+        type=_levels,
+        help="concurrency levels (default: 1,2,4 when every task is an agent task, else 1,2,4,8)",
+    )
     p.add_argument(
         "--backends",
         type=_csv_list,
-        help="model ids to load (default: every backend in /v1/models, then auto)",
+        help=f"model ids to load, and {BARE} for a bare llama-server on agent tasks (default: "
+        f"{BARE} on agent tasks, every backend in /v1/models, then auto)",
     )
     p.add_argument(
         "--tasks",
@@ -190,11 +208,23 @@ def parse_options(argv: list[str] | None) -> SweepOptions:
         default=0,
         help="which sessions; each level adds its own offset, every mode at a level runs the same",
     )
+    agents.add_argument(
+        "--config",
+        type=Path,
+        help=f"the config the proxy was started with (default: the embedded one); {BARE} "
+        "serves its plain backend's model with its threads",
+    )
+    # Agents resend up to 20 k tokens.
+    agents.add_argument("--ctx", type=int, default=32768, help=f"{BARE}'s -c")
     a = p.parse_args(argv)
+    agent_only = all(is_agent_task(t) for t in a.tasks)
+    if a.backends and BARE in a.backends and not any(is_agent_task(t) for t in a.tasks):
+        p.error(f"{BARE} runs agent cells only (--tasks {','.join(AGENT_TASKS)})")
     return SweepOptions(
         url=a.url.rstrip("/"),
         out=a.out,
-        levels=a.levels,
+        # Eight agents' first turns alone take minutes on a CPU.
+        levels=a.levels or ([1, 2, 4] if agent_only else [1, 2, 4, 8]),
         backends=a.backends,
         tasks=a.tasks,
         seconds=a.seconds,
@@ -212,6 +242,8 @@ def parse_options(argv: list[str] | None) -> SweepOptions:
         system_tokens=a.system_tokens,
         agent_seconds=a.agent_seconds,
         session_seed=a.session_seed,
+        config=a.config,
+        ctx=a.ctx,
     )
 
 
@@ -463,20 +495,41 @@ def _cell_files(opts: SweepOptions, task: str, backend: str, level: int) -> tupl
     return cells, name, results
 
 
+@contextmanager
+def agent_host(opts: SweepOptions, mode: str, log_path: Path) -> Iterator[str]:
+    """Where a cell's agents send their turns: the proxy, or for llama-server a bare one
+    started for the cell (empty caches, like the proxy's restarted backends) and stopped after."""
+    if mode != BARE:
+        yield opts.url
+        return
+    port = free_port()
+    with BareServer(bare_command(opts.config, opts.ctx, port), port, log_path) as server:
+        yield server.url
+
+
 def run_agent_cell(opts: SweepOptions, task: str, backend: str, level: int) -> Cell:
     """`level` agents at once, each running one session to its end (or until --agent-seconds)."""
     cells, name, results = _cell_files(opts, task, backend, level)
-    command = [
-        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary",
-        "--host", opts.url, "-u", str(level), "-r", str(level),
-        "--run-time", f"{opts.agent_seconds}s", "--stop-timeout", str(opts.drain),
-        "--json-file", str(cells / f"{name}_stats"), "--exit-code-on-error", "0",
-        "AgentSessionUser", "--model", backend, "--session-shape", task.removeprefix("agent-"),
-        "--session-turns", str(opts.session_turns), "--system-tokens", str(opts.system_tokens),
-        "--session-seed", str(session_seed(opts, level)), "--sessions-per-user", "1",
-        "--results-file", str(results),
-    ]  # fmt: skip
-    _locust(opts, name, command, opts.agent_seconds)
+    try:
+        with agent_host(opts, backend, cells / f"{name}.llama-server.log") as host:
+            command = [
+                sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
+                "--only-summary", "--host", host, "-u", str(level), "-r", str(level),
+                "--run-time", f"{opts.agent_seconds}s", "--stop-timeout", str(opts.drain),
+                "--json-file", str(cells / f"{name}_stats"), "--exit-code-on-error", "0",
+                # llama-server serves its one model whatever the name.
+                "AgentSessionUser", "--model", AUTO if backend == BARE else backend,
+                "--session-shape", task.removeprefix("agent-"),
+                "--session-turns", str(opts.session_turns),
+                "--system-tokens", str(opts.system_tokens),
+                "--session-seed", str(session_seed(opts, level)), "--sessions-per-user", "1",
+                "--results-file", str(results),
+            ]  # fmt: skip
+            _locust(opts, name, command, opts.agent_seconds)
+    except SystemExit as exc:
+        # The bare llama-server did not start: a failed cell, and the other modes still run.
+        summary = dataclasses.replace(summarise([]), first_error=str(exc))
+        return Cell(task, backend, level, summary, agent_summary([], opts.session_turns))
     samples = read_turn_samples(results)
     plain: list[Sample] = list(samples)
     return Cell(task, backend, level, summarise(plain), agent_summary(samples, opts.session_turns))
@@ -506,7 +559,8 @@ def run_cell(
 def _discover(
     opts: SweepOptions,
 ) -> tuple[list[str], dict[str, str], dict[str, int], str | None]:
-    """Backends to load (pinned ones first, auto last), their kinds and slots, the baseline."""
+    """Modes to load (llama-server first by default, pinned ones, auto last), the backends'
+    kinds and slots, the baseline."""
     health = _health(opts.url)
     kinds = {n: str(b.get("spec_type") or b.get("kind") or "?") for n, b in health.items()}
     slots = {n: int(b.get("limit") or 1) for n, b in health.items()}
@@ -514,7 +568,8 @@ def _discover(
         backends = opts.backends
     else:
         ids = [m["id"] for m in _get_json(f"{opts.url}/v1/models", opts.api_key)["data"]]
-        backends = [i for i in ids if not _routed(i)] + [AUTO]
+        bare = [BARE] if any(is_agent_task(t) for t in opts.tasks) else []
+        backends = bare + [i for i in ids if not _routed(i)] + [AUTO]
     # Auto goes last at each level, so the router has just measured every backend there.
     backends = sorted(backends, key=lambda b: b == AUTO)
     plain = [n for n, b in health.items() if b.get("kind") == "plain"]
@@ -522,7 +577,7 @@ def _discover(
     return backends, kinds, slots, baseline
 
 
-def _describe(opts: SweepOptions, not_fresh: list[str]) -> str:
+def _describe(opts: SweepOptions, not_fresh: list[str], modes: list[str]) -> str:
     stop = f"{opts.seconds} s of new requests, then {opts.drain} s to finish"
     if opts.requests_per_user:
         stop = f"{opts.requests_per_user} requests per user or {stop}"
@@ -533,15 +588,21 @@ def _describe(opts: SweepOptions, not_fresh: list[str]) -> str:
         f"cell the backends it can use are restarted (n-gram always; the others except on "
         f"{', '.join(sorted(_SHORT_PROMPT_TAILS))}) so no mode gains from another's history"
         f"{'; NOT restarted: ' + ', '.join(not_fresh) if not_fresh else ''}; "
-        f"{_describe_agents(opts)}{time.strftime('%Y-%m-%d %H:%M')}."
+        f"{_describe_agents(opts, modes)}{time.strftime('%Y-%m-%d %H:%M')}."
     )
 
 
-def _describe_agents(opts: SweepOptions) -> str:
+def _describe_agents(opts: SweepOptions, modes: list[str]) -> str:
     agents = [t for t in opts.tasks if is_agent_task(t)]
     if not agents:
         return ""
-    return (
+    bare = (
+        f"{BARE} cells: a bare llama-server (the proxy's binary and plain model, -c {opts.ctx}) "
+        "started for the cell and stopped after it, the proxy idle meanwhile; "
+        if BARE in modes
+        else ""
+    )
+    return bare + (
         f"agent cells ({', '.join(agents)}): each of the N agents runs one session of "
         f"{opts.session_turns} turns with a {opts.system_tokens}-token system prompt and its "
         f"real answers replayed (per-turn max_tokens by turn kind), every mode at a level the "
@@ -563,14 +624,21 @@ def _line(cell: Cell) -> str:
 
 
 def _agent_line(agent: AgentSummary) -> str:
-    cached = f"{agent.cached_share:.0%}" if agent.cached_share is not None else "-"
+    later = agent.later_cached_share
+    cached = f"{later:.0%}" if later is not None else "-"
     session = f"{agent.session_s:.0f} s" if agent.session_s is not None else "-"
-    return f"{agent.sessions} sessions ({agent.complete} complete, mean {session}), {cached} cached"
+    return (
+        f"{agent.sessions} sessions ({agent.complete} complete, mean {session}), "
+        f"{cached} of later turns cached"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run every cell, write the report; exit 1 if any request failed."""
     opts = parse_options(argv)
+    # A SIGTERM ends the sweep as Ctrl-C does: the report is written and no llama-server
+    # started for a cell outlives it.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         backends, kinds, slots, baseline = _discover(opts)
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -580,7 +648,9 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    plan = [(t, lv, b) for t in opts.tasks for lv in opts.levels for b in backends]
+    plan = [(t, lv, b) for t in opts.tasks for lv in opts.levels for b in task_modes(t, backends)]
+    # Restarted and warmed through the proxy: every mode but the bare llama-server.
+    proxied = [b for b in backends if b != BARE]
     slices = prompt_slices(opts.levels, {t: len(PROMPTS[t]) for t in opts.tasks if t in PROMPTS})
     bound = (
         sum(
@@ -608,11 +678,12 @@ def main(argv: list[str] | None = None) -> int:
             agent = is_agent_task(task)
             if opts.warm_up and not agent and (i == 1 or plan[i - 2][0] != task):
                 # Those restarted before their first cell are warmed then, on its prompts.
-                kept = [b for b in backends if b not in restart_before(task, b, backends, kinds)]
+                kept = [b for b in proxied if b not in restart_before(task, b, proxied, kinds)]
                 _wait_idle(opts.url, opts.idle_timeout, opts.api_key)
                 print(f"warming the backends' prompt caches for {task} ...", flush=True)
                 warm_prompt_caches(opts, task, kept, slots)
-            fresh = restart_before(task, backend, backends, kinds)
+            # The bare llama-server starts empty; the proxy's backends only need to be idle.
+            fresh = [] if backend == BARE else restart_before(task, backend, proxied, kinds)
             if fresh:
                 _wait_idle(opts.url, opts.idle_timeout, opts.api_key)
                 failed = restart_backends(opts, fresh)
@@ -639,7 +710,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         interrupted = True
     if cells:
-        setup = SweepSetup(opts.url, kinds, baseline, opts.margin, _describe(opts, not_fresh))
+        setup = SweepSetup(
+            opts.url, kinds, baseline, opts.margin, _describe(opts, not_fresh, backends)
+        )
         write_csv(opts.out / "results.csv", cells)
         write_markdown(opts.out / "report.md", cells, setup)
         write_plot(opts.out / "tokens_per_s.png", cells)

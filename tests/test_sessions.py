@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import csv
 import json
 import os
 import subprocess
@@ -15,7 +16,15 @@ from typing import Any, ClassVar
 import pytest
 import requests
 
-from loadtests.report import Cell, agent_lines, agent_summary, write_csv
+from loadtests.report import BARE as SWEEP_BARE
+from loadtests.report import (
+    Cell,
+    SweepSetup,
+    agent_lines,
+    agent_summary,
+    write_csv,
+    write_markdown,
+)
 from loadtests.sessions import (
     MAX_TOKENS,
     SHAPES,
@@ -528,7 +537,49 @@ def test_agent_cells_report_sessions_and_cached_share(tmp_path: Path) -> None:
     assert "- ngram: session time ×1.00 at 1 of plain's" in lines
     write_csv(tmp_path / "results.csv", cells)
     header, first, _ = (tmp_path / "results.csv").read_text().splitlines()
-    assert header.endswith(",sessions,session_s,cached_share") and first.endswith(",2,6.00,0.750")
+    assert header.endswith(",sessions,session_s,cached_share,later_cached_share,session_vs_bare")
+    assert first.endswith(",2,6.00,0.750,0.750,")  # no llama-server cell to compare with
+
+
+def test_agent_cells_report_later_turns_cached_and_time_against_bare_llama_server(
+    tmp_path: Path,
+) -> None:
+    # A bare llama-server that lost each conversation between turns, a proxy that kept it.
+    bare = [_turn("a", 0, 0.0, 4.0, cache_n=0), _turn("a", 1, 4.0, 8.0, prompt_n=180, cache_n=20)]
+    kept = [_turn("a", 0, 0.0, 4.0, cache_n=0), _turn("a", 1, 4.0, 6.0, prompt_n=20, cache_n=180)]
+    first_turn_cached = [_turn("a", 0, 0.0, 4.0, prompt_n=100, cache_n=100), kept[1]]
+    agents = {
+        SWEEP_BARE: agent_summary(bare, turns=2),
+        "plain": agent_summary(kept, turns=2),
+        "auto": agent_summary(first_turn_cached, turns=2),
+    }
+    assert agents[SWEEP_BARE].later_cached_share == 0.1
+    assert agents["plain"].later_cached_share == 0.9
+    # The first turn's prompt does not count: its cache holds other sessions' instructions.
+    assert agents["auto"].later_cached_share == 0.9 and agents["auto"].cached_share == 0.7
+    cells = [Cell("agent-mixed", b, 1, _summary(10.0), a) for b, a in agents.items()]
+    cells.append(Cell("code", "plain", 1, _summary(20.0)))
+
+    write_csv(tmp_path / "results.csv", cells)
+    with (tmp_path / "results.csv").open() as f:
+        rows = {(r["task"], r["backend"]): r for r in csv.DictReader(f)}
+    assert rows[("agent-mixed", SWEEP_BARE)]["session_vs_bare"] == "1.00"
+    assert rows[("agent-mixed", "plain")]["session_vs_bare"] == "0.75"
+    assert rows[("agent-mixed", "plain")]["later_cached_share"] == "0.900"
+    assert rows[("code", "plain")]["session_vs_bare"] == ""
+
+    lines = agent_lines(cells, "agent-mixed", [SWEEP_BARE, "plain", "auto"], "plain")
+    assert f"| {SWEEP_BARE} | 8 s, TTFT - s, 10% |" in lines
+    assert "| plain | 6 s, TTFT - s, 90% |" in lines
+    assert "- plain: session time ×0.75 at 1 of llama-server's" in lines
+    setup = SweepSetup("http://proxy", {"plain": "plain"}, "plain", 0.05, "")
+    write_markdown(tmp_path / "report.md", cells, setup)
+    report = (tmp_path / "report.md").read_text()
+    code = report[report.index("## code") :]
+    assert "backends llama-server (bare), plain (plain)." in report
+    # llama-server is the agents' baseline, not a speculative backend nor one auto could choose.
+    assert "No speculative backend measured besides plain" in report and SWEEP_BARE not in code
+    assert "- auto at 1: chose nothing; 100% of the best pinned backend (plain," in report
 
 
 # --------------------------------------------------------------------------- a real run
