@@ -2,31 +2,35 @@
 
 Replays the sessions of ``loadtests/sessions.py`` (a long agent system prompt with tools, a
 generated repository, scripted turns whose answers are the model's real ones) against each mode
-in turn, one session at a time:
+in turn, N sessions at once for each level N of ``--concurrency`` (several agents, or an agent
+and its sub-agents, on one server):
 
 - ``auto`` through a running specproxy;
 - each of its backends pinned through the proxy (model = the backend's name);
 - ``llama-server``: the same llama-server binary and target GGUF the proxy uses, started here the
   way a user would (``-m``, ``--port``, ``-c``, ``-t``; ``-ngl`` only when the config offloads) and
-  stopped after each session.
+  stopped after each round. Its defaults give it 4 slots sharing one KV cache and an 8 GiB RAM
+  prompt cache, so N sessions at once batch in it as they would for a user.
 
-Session by session, every mode replays it in turn (the order rotating from one session to the
-next), so a machine whose speed drifts over minutes shifts every mode alike and the ratios are
-paired. Before each session in a proxy mode every backend is restarted through
+Round by round, every mode replays the round's sessions in turn (the order rotating from one
+round to the next), so a machine whose speed drifts over minutes shifts every mode alike and the
+ratios are paired. Before each round in a proxy mode every backend is restarted through
 ``POST /admin/backends/{name}/restart``, and the bare server is started fresh, so every mode
 begins with empty prompt caches and an n-gram backend that remembers nothing; the proxy's
 scoreboard, like a running proxy's, keeps what it measured. Every turn is streamed (time to
 first token; llama.cpp's timings come in the last chunk). Per mode and shape it reports session
 wall time (mean, 95 % bootstrap
 interval over sessions), median time to first token, decode tokens/s, the share of prompt tokens
-served from cache, what auto chose, and each mode's session time relative to bare llama-server's
-and to the best pinned backend's, with paired bootstrap intervals. The modes serve one model at
+served from cache (all turns, and the turns after each session's first), what auto chose, and
+each mode's session time relative to bare llama-server's and to the best pinned backend's, with
+paired bootstrap intervals. The modes serve one model at
 temperature 0, so answers mostly agree; where they do not, later turns differ too, and the report
 says how many answers matched bare llama-server's and how many tokens each mode generated.
 
     .venv/bin/python scripts/session_benchmark.py [--proxy http://127.0.0.1:8080] [--config FILE] \
-        [--shapes edit-heavy,explain,mixed] [--sessions 3] [--turns 12] [--system-tokens 6000] \
-        [--modes auto,plain,draft,ngram,llama-server] [--seed 0] [--out session-results]
+        [--shapes edit-heavy,explain,mixed] [--sessions 3] [--concurrency 1,2,4] [--turns 12] \
+        [--system-tokens 6000] [--modes auto,plain,draft,ngram,llama-server] [--seed 0] \
+        [--out session-results]
 
 Not a test: timings on a shared machine are noisy. ``--report-only`` rewrites the report from
 ``<out>/turns.jsonl``.
@@ -43,6 +47,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from loadtests.bare import BareServer, bare_command, free_port  # noqa: E402
+from loadtests.report import AUTO, BARE  # noqa: E402
 from loadtests.sessions import (  # noqa: E402
     DEFAULT_SYSTEM_TOKENS,
     DEFAULT_TURNS,
@@ -62,8 +68,6 @@ from loadtests.sessions import (  # noqa: E402
     send_turn,
 )
 
-BARE = "llama-server"
-AUTO = "auto"
 Row = dict[str, Any]
 
 
@@ -113,6 +117,7 @@ class ModeShape:
 
     mode: str
     shape: str
+    concurrency: int
     session_s: dict[str, float]
     failed_sessions: int
     turns: int
@@ -121,6 +126,8 @@ class ModeShape:
     first_ttft_p50_s: float | None
     decode_tps: float | None
     cached_share: float | None
+    # The same over turns after each session's first: what the cache kept between turns.
+    later_cached_share: float | None
     tokens: dict[str, int]
     answers: dict[tuple[str, int], str]
     backends: dict[str, int]
@@ -134,9 +141,24 @@ class ModeShape:
         return statistics.fmean(self.session_s.values()) if self.session_s else None
 
 
-def summarise(rows: Sequence[Row], mode: str, shape: str) -> ModeShape:
-    """Add up one mode's turns of one shape; a session with a failed turn has no time."""
-    mine = [r for r in rows if r["mode"] == mode and r["shape"] == shape]
+def concurrency_of(row: Row) -> int:
+    """How many sessions ran at once beside this turn's (1 in reports of older runs)."""
+    return int(row.get("concurrency", 1))
+
+
+def _cached_share(turns: Sequence[Row]) -> float | None:
+    prompt = sum(r["prompt_n"] + r["cache_n"] for r in turns)
+    return sum(r["cache_n"] for r in turns) / prompt if prompt else None
+
+
+def summarise(rows: Sequence[Row], mode: str, shape: str, concurrency: int = 1) -> ModeShape:
+    """Add up one mode's turns of one shape at one concurrency; a session with a failed turn
+    has no time."""
+    mine = [
+        r
+        for r in rows
+        if r["mode"] == mode and r["shape"] == shape and concurrency_of(r) == concurrency
+    ]
     by_session: dict[str, list[Row]] = {}
     for r in mine:
         by_session.setdefault(r["session"], []).append(r)
@@ -151,10 +173,10 @@ def summarise(rows: Sequence[Row], mode: str, shape: str) -> ModeShape:
     firsts = [r["ttft_s"] for r in ok if r["ttft_s"] is not None and r["turn"] == 0]
     timed = [r for r in ok if r["predicted_per_second"] and r["predicted_n"]]
     decode_s = sum(r["predicted_n"] / r["predicted_per_second"] for r in timed)
-    prompt = sum(r["prompt_n"] + r["cache_n"] for r in ok)
     return ModeShape(
         mode=mode,
         shape=shape,
+        concurrency=concurrency,
         session_s=session_s,
         failed_sessions=len(failed),
         turns=len(mine),
@@ -162,7 +184,8 @@ def summarise(rows: Sequence[Row], mode: str, shape: str) -> ModeShape:
         ttft_p50_s=statistics.median(ttfts) if ttfts else None,
         first_ttft_p50_s=statistics.median(firsts) if firsts else None,
         decode_tps=sum(r["predicted_n"] for r in timed) / decode_s if decode_s else None,
-        cached_share=sum(r["cache_n"] for r in ok) / prompt if prompt else None,
+        cached_share=_cached_share(ok),
+        later_cached_share=_cached_share([r for r in ok if r["turn"] > 0]),
         tokens={
             s: sum(t["predicted_n"] for t in turns)
             for s, turns in by_session.items()
@@ -191,13 +214,9 @@ def _counts(counts: dict[str, int]) -> str:
     return " ".join(f"{k}:{n}" for k, n in counts.items()) or "-"
 
 
-def best_pinned(summaries: Sequence[ModeShape], shape: str) -> ModeShape | None:
-    """The pinned backend with the shortest mean session time on a shape."""
-    pinned = [
-        s
-        for s in summaries
-        if s.shape == shape and s.mode not in (AUTO, BARE) and s.mean_s is not None
-    ]
+def best_pinned(summaries: Sequence[ModeShape]) -> ModeShape | None:
+    """The pinned backend with the shortest mean session time among these summaries."""
+    pinned = [s for s in summaries if s.mode not in (AUTO, BARE) and s.mean_s is not None]
     return min(pinned, key=lambda s: s.mean_s or 0.0) if pinned else None
 
 
@@ -218,29 +237,34 @@ def markdown(rows: Sequence[Row], modes: Sequence[str], shapes: Sequence[str]) -
         "and over the best pinned backend's on the same sessions (paired 95 % bootstrap "
         "interval); below 1 is faster. Answers = bare: turns whose answer (text and tool calls) "
         "was identical to bare llama-server's; after the first difference a session's "
-        "conversations differ, so its later turns are not the same work.",
+        "conversations differ, so its later turns are not the same work. Cached: the share of "
+        "prompt tokens llama-server found in its cache, over all turns and over the turns after "
+        "each session's first (what was kept between a session's turns while the others ran).",
     ]
-    for shape in shapes:
-        summaries = [summarise(rows, m, shape) for m in modes]
+    levels = sorted({concurrency_of(r) for r in rows})
+    for shape, level in ((shape, level) for shape in shapes for level in levels):
+        summaries = [summarise(rows, m, shape, level) for m in modes]
         summaries = [s for s in summaries if s.turns]
         if not summaries:
             continue
         bare = next((s for s in summaries if s.mode == BARE), None)
-        best = best_pinned(summaries, shape)
+        best = best_pinned(summaries)
+        at_once = f"{level} session{'s' if level > 1 else ''} at once"
         out += [
             "",
-            f"## {shape}",
+            f"## {shape}, {at_once}",
             "",
             "| mode | sessions | session s (95% CI) | TTFT p50 s | 1st TTFT s | decode t/s | "
-            "cached | tokens/session | vs llama-server | vs best pinned | answers = bare | "
-            "backends | routes |",
-            "| --- |" + " ---: |" * 10 + " --- | --- |",
+            "cached | later turns cached | tokens/session | vs llama-server | vs best pinned | "
+            "answers = bare | backends | routes |",
+            "| --- |" + " ---: |" * 11 + " --- | --- |",
         ]
         for s in summaries:
             low, high = bootstrap_interval(list(s.session_s.values()))
             mean = s.mean_s
             session = "-" if mean is None else f"{mean:.1f} ({low:.1f}-{high:.1f})"
             cached = "-" if s.cached_share is None else f"{s.cached_share:.0%}"
+            later = "-" if s.later_cached_share is None else f"{s.later_cached_share:.0%}"
             tokens = statistics.fmean(s.tokens.values()) if s.tokens else None
             vs_bare = ratio_interval(s.session_s, bare.session_s) if bare else None
             vs_best = ratio_interval(s.session_s, best.session_s) if best else None
@@ -252,7 +276,7 @@ def markdown(rows: Sequence[Row], modes: Sequence[str], shapes: Sequence[str]) -
             out.append(
                 f"| {s.mode} | {len(s.session_s)}{failed} | {session} | "
                 f"{_seconds(s.ttft_p50_s, 2)} | {_seconds(s.first_ttft_p50_s, 2)} | "
-                f"{_seconds(s.decode_tps)} | {cached} | "
+                f"{_seconds(s.decode_tps)} | {cached} | {later} | "
                 f"{_seconds(tokens, 0)} | {_ratio(vs_bare)} | {_ratio(vs_best)} | {same} | "
                 f"{_counts(s.backends)} | {_counts(s.routes)} |"
             )
@@ -268,7 +292,10 @@ def markdown(rows: Sequence[Row], modes: Sequence[str], shapes: Sequence[str]) -
                 first = next(
                     r["error"]
                     for r in rows
-                    if r["mode"] == s.mode and r["shape"] == shape and r["error"]
+                    if r["mode"] == s.mode
+                    and r["shape"] == shape
+                    and concurrency_of(r) == level
+                    and r["error"]
                 )
                 notes.append(f"{s.mode}: {s.failed_turns} failed turns, first: `{first[:160]}`")
         if notes:
@@ -414,13 +441,32 @@ def replay(
             yield {"mode": mode, **asdict(result)}
 
 
+def together(
+    url: str,
+    mode: str,
+    sessions: Sequence[Session],
+    label: str,
+    args: argparse.Namespace,
+    headers: dict[str, str],
+) -> list[Row]:
+    """Sessions run at once, each in its own thread, as several agents (or an agent and its
+    sub-agents) share one server; every turn tagged with how many ran."""
+
+    def one(session: Session) -> list[Row]:
+        return list(replay(url, mode, session, label, args, headers))
+
+    with ThreadPoolExecutor(max_workers=len(sessions)) as pool:
+        done = list(pool.map(one, sessions))
+    return [{**row, "concurrency": len(sessions)} for turns in done for row in turns]
+
+
 def run(args: argparse.Namespace) -> list[Row]:
-    """Session by session, every mode in turn from empty caches; every turn is appended to
-    <out>/turns.jsonl.
+    """Round by round, every mode in turn from empty caches, N sessions at once at each level
+    of --concurrency; every turn is appended to <out>/turns.jsonl.
 
     Modes are interleaved, not run one after another: this machine's speed drifts over
     minutes, and a mode run half an hour after another would be compared on another machine.
-    Each session's modes start one place later in the order, so none always goes first.
+    Each round's modes start one place later in the order, so none always goes first.
     """
     headers = _auth(args.api_key)
     backends = proxy_backends(args.proxy, args.api_key)
@@ -433,37 +479,47 @@ def run(args: argparse.Namespace) -> list[Row]:
     args.out.mkdir(parents=True, exist_ok=True)
     turns_path = args.out / "turns.jsonl"
     rows: list[Row] = []
+    # Round r at level n runs sessions r*n .. r*n+n-1: n different sessions at once.
     plan = [
-        (shape, i, session)
+        (shape, level, r)
         for shape in args.shapes
-        for i, session in enumerate(
-            build_sessions(shape, args.sessions, args.seed, args.system_tokens, args.turns), 1
-        )
+        for level in args.concurrency
+        for r in range(args.sessions)
     ]
     with turns_path.open("w") as sink:
-        for k, (shape, i, _) in enumerate(plan):
+        for k, (shape, level, r) in enumerate(plan):
             order = modes[k % len(modes) :] + modes[: k % len(modes)]
             for mode in order:
-                # A fresh copy of the session for each mode: the same script, its own answers.
-                session = build_sessions(
-                    shape, args.sessions, args.seed, args.system_tokens, args.turns
-                )[i - 1]
-                label = f"{shape} {i}/{args.sessions}"
+                # Fresh copies for each mode: the same scripts, each mode its own answers.
+                group = build_sessions(
+                    shape, level * args.sessions, args.seed, args.system_tokens, args.turns
+                )[r * level : (r + 1) * level]
+                label = f"{shape} x{level} {r + 1}/{args.sessions}"
                 if mode == BARE:
                     port = free_port()
                     argv = bare_command(args.config, args.ctx, port)
                     with BareServer(argv, port, args.out / "llama-server.log") as server:
-                        turns = list(replay(server.url, mode, session, label, args, {}))
+                        turns = together(server.url, mode, group, label, args, {})
                 else:
                     failed = restart_backends(args.proxy, backends, args.api_key)
                     if failed:
                         log(f"NOT restarted before {mode}: {', '.join(failed)} (caches warm)")
-                    turns = list(replay(args.proxy, mode, session, label, args, headers))
+                    turns = together(args.proxy, mode, group, label, args, headers)
                 for row in turns:
                     rows.append(row)
                     sink.write(json.dumps(row) + "\n")
                 sink.flush()
     return rows
+
+
+def _levels(text: str) -> list[int]:
+    try:
+        levels = [int(x) for x in _csv(text)]
+    except ValueError:
+        levels = []
+    if not levels or any(n < 1 for n in levels):
+        raise argparse.ArgumentTypeError("concurrency is a list of positive counts, e.g. 1,2,4")
+    return levels
 
 
 def _csv(text: str) -> list[str]:
@@ -488,7 +544,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "bare llama-server serves its plain backend's model with its threads",
     )
     p.add_argument("--shapes", type=_shapes, default=list(SHAPES), help="session shapes")
-    p.add_argument("--sessions", type=int, default=3, help="sessions per shape and mode")
+    p.add_argument("--sessions", type=int, default=3, help="rounds per shape, level and mode")
+    p.add_argument(
+        "--concurrency",
+        type=_levels,
+        default=[1],
+        help="sessions at once, per level (e.g. 1,2,4): each round runs that many together",
+    )
     p.add_argument("--turns", type=int, default=DEFAULT_TURNS, help="requests per session")
     p.add_argument("--system-tokens", type=int, default=DEFAULT_SYSTEM_TOKENS)
     p.add_argument(

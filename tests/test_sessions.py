@@ -494,6 +494,37 @@ def test_the_table_compares_every_mode_with_bare_llama_server_and_the_best_pinne
     assert agreement(summarise(rows, "auto", "mixed"), summarise(rows, BARE, "mixed")) == (2, 3)
 
 
+def test_each_concurrency_gets_its_table_with_later_turns_cached_beside_bare() -> None:
+    rows = []
+    for level, slow in ((1, 1.0), (2, 1.5)):
+        for session in (f"s{i}" for i in range(level)):
+            for mode, factor, cached in (
+                (BARE, 1.0, 900),
+                ("auto", slow, 900 if level == 1 else 0),
+            ):
+                rows += [
+                    _row(mode, session, 0, 10.0 * factor, concurrency=level),
+                    _row(mode, session, 1, 2.0 * factor, cache_n=cached, prompt_n=1000 - cached)
+                    | {"concurrency": level},
+                ]
+    one, two = summarise(rows, "auto", "mixed", 1), summarise(rows, "auto", "mixed", 2)
+    assert one.session_s == {"s0": 12.0} and set(two.session_s) == {"s0", "s1"}
+    assert one.later_cached_share == pytest.approx(0.9) and two.later_cached_share == 0.0
+    # Rows of a run before --concurrency existed read as one session at a time.
+    assert (
+        summarise(
+            [{k: v for k, v in r.items() if k != "concurrency"} for r in rows[:4]], BARE, "mixed"
+        ).turns
+        == 2
+    )
+    report = markdown(rows, [BARE, "auto"], ["mixed"])
+    assert "## mixed, 1 session at once" in report and "## mixed, 2 sessions at once" in report
+    at_two = report.split("## mixed, 2 sessions at once")[1]
+    cells = next(x for x in at_two.splitlines() if x.startswith("| auto |")).split(" | ")
+    # later turns cached, and session time over bare llama-server's at the same concurrency
+    assert (cells[7], cells[9]) == ("0%", "1.50 (1.50-1.50)"), cells
+
+
 # --------------------------------------------------------------------------- the sweep's rows
 
 
