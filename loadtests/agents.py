@@ -208,11 +208,16 @@ def aider(base_url: str, root: Path, timeout: float) -> Command:
     return _command("aider", argv, root, env, timeout)
 
 
-def qwen_code(base_url: str, root: Path, timeout: float) -> Command:
-    """Qwen Code with OpenAI auth and no model: it sends its own default name."""
+def qwen_code(
+    base_url: str, root: Path, timeout: float, task: str = TASK, resume: bool = False
+) -> Command:
+    """Qwen Code with OpenAI auth and no model: it sends its own default name. `resume`:
+    the same directory's last session goes on (`--continue`) with `task` as the next message."""
     env = _home(root)
     argv = [str(NPM_BIN / "qwen"), "--auth-type", "openai", "--openai-base-url", f"{base_url}/v1"]
-    argv += ["--openai-api-key", "local", "--approval-mode", "yolo", "-p", TASK]
+    argv += ["--openai-api-key", "local", "--approval-mode", "yolo", "-p", task]
+    if resume:
+        argv.append("--continue")
     return _command("qwen-code", argv, root, env, timeout)
 
 

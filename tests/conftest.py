@@ -32,6 +32,7 @@ INTEGRATION_FIXTURES = frozenset(
         "llama_server",
         "specproxy_image",
         "agent_proxy",
+        "recording_proxy",
     }
 )
 

@@ -10,6 +10,7 @@ a tool call, it arrived in that agent's own format.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -179,3 +180,63 @@ def test_continue(agent_proxy: RunningProxy, tmp_path: Path) -> None:
     assert run.returncode == 0, run.tail()
     assert '"status":"error"' not in run.stdout.replace(" ", ""), run.tail()
     assert_wrote_greet_if_it_tried(run, run.wrote() is not None)
+
+
+@pytest.fixture
+def recording_proxy(tmp_path: Path) -> Iterator[RunningProxy]:
+    """The agent proxy with request bodies in its log, to tell an agent's turns from its side
+    requests (a test's own proxy: bodies are never logged by default)."""
+    config = yaml.safe_load(AGENT_CONFIG.read_text())
+    config["model_aliases"] = yaml.safe_load(DEFAULT_CONFIG.read_text())["model_aliases"]
+    path = tmp_path / "agents.yaml"
+    path.write_text(yaml.safe_dump(config))
+    running = start_proxy(
+        path,
+        tmp_path / "proxy.log",
+        SPECPROXY_CALIBRATION_REQUESTS="0",
+        SPECPROXY_LOG_PROMPTS="true",
+    )
+    try:
+        running.wait_ready()
+        yield running
+    finally:
+        running.stop()
+
+
+# Later messages of one Qwen Code session, each run continuing the last (`--continue`), so a
+# turn the 0.5B ends without a tool call still leads to another main turn.
+QWEN_FOLLOW_UPS = (
+    "Now add a docstring to greet.",
+    "Now add a function farewell(name) that returns 'Bye, ' + name + '!'.",
+)
+
+
+def test_qwen_code_finds_its_prompt_cached_after_its_side_requests(
+    recording_proxy: RunningProxy, tmp_path: Path
+) -> None:
+    """Qwen Code sends a memory-extraction request after every main turn: the next main turn
+    still finds its previous prompt in llama-server's cache."""
+    offset = recording_proxy.log_path.stat().st_size
+    runs = []
+    for i, task in enumerate((agents.TASK, *QWEN_FOLLOW_UPS)):
+        command = agents.qwen_code(recording_proxy.url, tmp_path, RUN_TIMEOUT_S, task, i > 0)
+        runs.append(agents.run(command, RUN_TIMEOUT_S))
+        assert runs[-1].returncode == 0, runs[-1].tail()
+    seen = requests_since(recording_proxy, offset)
+    assert all(r["status"] == 200 for r in seen), seen
+
+    def tools(r: dict[str, object]) -> int:
+        body = r.get("body")
+        return len(body.get("tools") or []) if isinstance(body, dict) else 0
+
+    summary = [
+        (tools(r), r["prompt_tokens"], r["cached_tokens"], r["task"], r["route"]) for r in seen
+    ]
+    print(f"\nqwen-code requests (tools, prompt, cached, class, route): {summary}")
+    main = [r for r in seen if tools(r) >= 10]
+    side = [r for r in seen if tools(r) < 10]
+    assert len(main) >= 3 and side, summary
+    for before, after in itertools.pairwise(main):
+        previous, cached = before["prompt_tokens"], after["cached_tokens"]
+        assert isinstance(previous, int) and isinstance(cached, int)
+        assert cached >= 0.9 * previous, summary
