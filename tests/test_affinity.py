@@ -68,11 +68,11 @@ def test_the_cache_knows_where_a_prompt_is_held_and_forgets_old_ones() -> None:
     # The newer turn replaces the one it extends; old prompts fall out past slots + RAM cache.
     cache.record("plain", PromptPrefix.of(turn(2)), here, prompt_tokens=3200, slots=2)
     assert len(cache.held_prompts("plain")) == 1
-    for i in range(10):
+    for i in range(30):
         other = turn(1)
         other["messages"][1] = {"role": "user", "content": f"task {i}"}  # type: ignore[index]
         cache.record("plain", PromptPrefix.of(other), Placement("http://a"), 3000, 2)
-    assert len(cache.held_prompts("plain")) == 2 + 4
+    assert len(cache.held_prompts("plain")) == 2 + 16
     # The session's own turn fell out: what is left of turn 3 is the system prompt and tools
     # that the newer sessions share with it, as much as a session never seen gets.
     unseen = turn(1)

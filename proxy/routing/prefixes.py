@@ -26,8 +26,9 @@ _STRING_BLOCK = 2048
 # its `cache_control` markers to the newest messages on every turn.
 _UNREAD_KEYS = frozenset({"cache_control", "id", "status"})
 # The prompts each backend is taken to hold beyond its slots: llama-server keeps idle slots'
-# prompts in RAM (--cache-ram) and restores them, a few of an agent's size per gigabyte.
-_KEPT_BEYOND_SLOTS = 4
+# prompts in RAM (--cache-ram) and restores them; the default's holds eight agent sessions'
+# 20 k-token prompts and their side requests' shorter ones.
+_KEPT_BEYOND_SLOTS = 16
 # Characters per token before any request of a backend was measured (code and English text
 # with Qwen's and SmolLM's tokenizers: 3.2-4.2).
 _CHARS_PER_TOKEN = 3.6
