@@ -429,11 +429,8 @@ def warm_prompt_caches(
     """
     headers = {"Content-Type": "application/json", **_auth(opts.api_key)}
 
-    def send(backend: str, messages: Messages, slot: int | None) -> str | None:
+    def send(backend: str, messages: Messages) -> str | None:
         body: dict[str, Any] = {"model": backend, "max_tokens": 1, "messages": list(messages)}
-        if slot is not None:
-            # llama-server's own field: identical prompts would otherwise share one slot.
-            body["id_slot"] = slot
         request = urllib.request.Request(
             f"{opts.url}/v1/chat/completions", json.dumps(body).encode(), headers
         )
@@ -448,11 +445,10 @@ def warm_prompt_caches(
         if _routed(backend):
             continue
         for messages in warm_up_prompts(task, prompts):
-            copies: list[int | None] = [None]
-            if _short_prefix(messages):
-                copies = list(range(slots.get(backend, 1)))
-            with ThreadPoolExecutor(len(copies)) as pool:
-                outcomes = pool.map(send, [backend] * len(copies), [messages] * len(copies), copies)
+            # Sent at once, the copies take one free slot each (the proxy names no slot).
+            copies = slots.get(backend, 1) if _short_prefix(messages) else 1
+            with ThreadPoolExecutor(copies) as pool:
+                outcomes = pool.map(send, [backend] * copies, [messages] * copies)
                 errors = [e for e in outcomes if e]
             if errors:
                 print(f"warm-up of {backend} failed ({errors[0]}); measuring anyway", flush=True)
