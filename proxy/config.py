@@ -276,8 +276,11 @@ class Settings(BaseSettings):
         default=30.0, ge=0, description="on SIGTERM, how long in-flight requests may finish"
     )
     connect_timeout_s: float = Field(default=5.0, gt=0)
+    # llama-server sends a stream's headers with its first token, so this wait covers the
+    # prompts queued ahead on the backend: four agents' 3 k-token first turns take over 3
+    # minutes on two cores. Bare llama-server never gives up; the clients' own SDKs wait 600 s.
     first_token_timeout_s: float = Field(
-        default=120.0, gt=0, description="streaming: longest wait for the first chunk"
+        default=600.0, gt=0, description="streaming: longest wait for the first chunk"
     )
     idle_timeout_s: float = Field(
         default=60.0, gt=0, description="streaming: longest gap between two chunks"
