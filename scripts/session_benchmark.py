@@ -351,10 +351,12 @@ def proxy_backends(proxy: str, api_key: str | None) -> list[str]:
 def wait_until_idle(
     proxy: str, api_key: str | None, quiet_s: float = 5, patience_s: float = 1800
 ) -> bool:
-    """Wait until no backend has requests in flight or queued for quiet_s; False on timeout.
+    """Wait until every backend is ready with no request in flight or queued for quiet_s;
+    False on timeout.
 
     A bare llama-server session started during the proxy's start-up calibration would share
-    the cores with it and be measured slow, which flatters every proxy mode.
+    the cores with it and be measured slow, which flatters every proxy mode; calibration
+    starts once the backends are ready.
     """
     deadline = time.monotonic() + patience_s
     quiet_since: float | None = None
@@ -364,13 +366,13 @@ def wait_until_idle(
         busy = [
             name
             for name, b in backends.get("backends", {}).items()
-            if b.get("in_flight", 0) or b.get("queued", 0)
+            if b.get("in_flight", 0) or b.get("queued", 0) or b.get("state") != "ready"
         ]
         now = time.monotonic()
         if busy:
             quiet_since = None
             if not announced:
-                log(f"waiting for the proxy to go idle ({', '.join(busy)} busy: calibration?)")
+                log(f"waiting for the proxy to go idle ({', '.join(busy)} busy or starting)")
                 announced = True
         elif quiet_since is None:
             quiet_since = now
