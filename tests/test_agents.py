@@ -211,6 +211,8 @@ QWEN_FOLLOW_UPS = (
 )
 
 
+# Three runs, each processing a 9 k-token memory prompt; 8.4 min on the 0.5B here.
+@pytest.mark.timeout(3 * RUN_TIMEOUT_S)
 def test_qwen_code_finds_its_prompt_cached_after_its_side_requests(
     recording_proxy: RunningProxy, tmp_path: Path
 ) -> None:
