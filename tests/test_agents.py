@@ -32,17 +32,24 @@ AGENT_CONFIG = ROOT / "tests" / "configs" / "agents.yaml"
 RUN_TIMEOUT_S = 1200.0
 
 
-@pytest.fixture(scope="module")
-def agent_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProxy]:
-    """The proxy on the agent config, with the embedded default's aliases."""
+def agent_config(root: Path) -> Path:
+    """The agent config with the embedded default's aliases, written under root."""
     if not agents.installed():
         pytest.fail("agents are not installed: run scripts/install-agents.sh (make test does)")
-    root = tmp_path_factory.mktemp("agents")
     config = yaml.safe_load(AGENT_CONFIG.read_text())
     config["model_aliases"] = yaml.safe_load(DEFAULT_CONFIG.read_text())["model_aliases"]
     path = root / "agents.yaml"
     path.write_text(yaml.safe_dump(config))
-    running = start_proxy(path, root / "proxy.log", SPECPROXY_CALIBRATION_REQUESTS="0")
+    return path
+
+
+@pytest.fixture(scope="module")
+def agent_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProxy]:
+    """The proxy on the agent config, with the embedded default's aliases."""
+    root = tmp_path_factory.mktemp("agents")
+    running = start_proxy(
+        agent_config(root), root / "proxy.log", SPECPROXY_CALIBRATION_REQUESTS="0"
+    )
     try:
         running.wait_ready()
         yield running
@@ -186,12 +193,8 @@ def test_continue(agent_proxy: RunningProxy, tmp_path: Path) -> None:
 def recording_proxy(tmp_path: Path) -> Iterator[RunningProxy]:
     """The agent proxy with request bodies in its log, to tell an agent's turns from its side
     requests (a test's own proxy: bodies are never logged by default)."""
-    config = yaml.safe_load(AGENT_CONFIG.read_text())
-    config["model_aliases"] = yaml.safe_load(DEFAULT_CONFIG.read_text())["model_aliases"]
-    path = tmp_path / "agents.yaml"
-    path.write_text(yaml.safe_dump(config))
     running = start_proxy(
-        path,
+        agent_config(tmp_path),
         tmp_path / "proxy.log",
         SPECPROXY_CALIBRATION_REQUESTS="0",
         SPECPROXY_LOG_PROMPTS="true",
