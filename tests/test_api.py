@@ -146,3 +146,35 @@ def test_back_to_back_streams_all_succeed(client: openai.OpenAI) -> None:
             model="plain", messages=HELLO, max_tokens=4, temperature=0, stream=True
         )
         assert [c for c in stream if c.choices]
+
+
+def test_requests_reuse_the_connection_to_their_backend(
+    proxy: RunningProxy, client: openai.OpenAI
+) -> None:
+    """specproxy's build keeps connections after streamed answers, and the relay pools them."""
+    import psutil
+
+    backend = proxy.health()["backends"]["plain"]  # type: ignore[index]
+    port = int(str(backend["url"]).rsplit(":", 1)[1])
+    owner = psutil.Process(proxy.process.pid)
+
+    def open_to_backend() -> set[int]:
+        return {
+            c.laddr.port
+            for c in owner.net_connections(kind="tcp")
+            if c.raddr and c.raddr.port == port and c.status == psutil.CONN_ESTABLISHED
+        }
+
+    seen = []
+    for stream in (True, False, True, True):
+        if stream:
+            chunks = client.chat.completions.create(
+                model="plain", messages=HELLO, max_tokens=4, stream=True
+            )
+            assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        else:
+            answer = client.chat.completions.create(model="plain", messages=HELLO, max_tokens=4)
+            assert answer.choices[0].message.content
+        seen.append(open_to_backend())
+    # One connection carried every request: its local port stayed open throughout.
+    assert set.intersection(*seen), seen

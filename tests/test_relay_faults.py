@@ -6,6 +6,7 @@ import asyncio
 import json
 from pathlib import Path
 
+import aiohttp
 import openai
 import pytest
 
@@ -165,7 +166,7 @@ async def test_a_backend_that_does_not_accept_in_time_is_unreachable_not_a_token
     import aiohttp
 
     from proxy.api.errors import ApiError
-    from proxy.api.relay import RelayTimeouts, relay
+    from proxy.api.relay import RelayTimeouts, Upstream, relay
     from proxy.measurement import Measurement
 
     # A listener whose accept queue is full: the kernel drops further SYNs, so a connect hangs,
@@ -188,7 +189,7 @@ async def test_a_backend_that_does_not_accept_in_time_is_unreachable_not_a_token
             with pytest.raises(ApiError) as caught:
                 await relay(
                     None,  # type: ignore[arg-type]  # a whole answer reads no client request
-                    session,
+                    Upstream(pooled=session, fresh=session),
                     "busy",
                     f"http://127.0.0.1:{port}/completion",
                     {"prompt": "hi"},
@@ -202,3 +203,97 @@ async def test_a_backend_that_does_not_accept_in_time_is_unreachable_not_a_token
     # Not "sent nothing within 60 s": nothing was sent, so another backend may take it.
     assert caught.value.status == 502 and caught.value.code == "backend_unreachable"
     assert "did not accept a connection in time" in caught.value.message
+
+
+class ClosingServer:
+    """Fault injection a real llama-server cannot be made to do on cue: an HTTP server that
+    answers the first `answered` requests of each connection, then closes the connection when
+    the next one arrives, as a server does when its idle timeout and the request cross."""
+
+    def __init__(self, answered: int) -> None:
+        self.answered = answered
+        self.connections = 0
+        self.requests = 0
+        self.server: asyncio.Server | None = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        served = 0
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                )
+                await reader.readexactly(length)
+                self.requests += 1
+                if served == self.answered:
+                    return
+                served += 1
+                body = b'{"content": "ok"}'
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\nKeep-Alive: timeout=5\r\n\r\n%s" % (len(body), body)
+                )
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def __aenter__(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}/completion"
+
+    async def __aexit__(self, *_: object) -> None:
+        assert self.server is not None
+        self.server.close()
+
+
+async def _sessions() -> tuple[aiohttp.ClientSession, aiohttp.ClientSession]:
+    from proxy.api.relay import connection_reuse_trace
+
+    pooled = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0), trace_configs=[connection_reuse_trace()]
+    )
+    fresh = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True))
+    return pooled, fresh
+
+
+async def test_a_pooled_connection_the_server_closed_is_retried_once_on_a_new_one() -> None:
+    from proxy.api.relay import Upstream
+
+    pooled, fresh = await _sessions()
+    server = ClosingServer(answered=1)
+    try:
+        async with server as url:
+            upstream = Upstream(pooled=pooled, fresh=fresh)
+            for _ in range(2):
+                resp = await upstream.post(url, {"prompt": "hi"}, reuse=True)
+                assert resp.status == 200 and (await resp.json())["content"] == "ok"
+    finally:
+        await pooled.close()
+        await fresh.close()
+    # The second request met the closed connection, then went out once more on a new one.
+    assert (server.requests, server.connections) == (3, 2)
+
+
+async def test_a_new_connection_that_fails_is_not_sent_again() -> None:
+    from proxy.api.relay import Upstream
+
+    pooled, fresh = await _sessions()
+    server = ClosingServer(answered=0)
+    try:
+        async with server as url:
+            upstream = Upstream(pooled=pooled, fresh=fresh)
+            with pytest.raises(aiohttp.ServerDisconnectedError):
+                await upstream.post(url, {"prompt": "hi"}, reuse=True)
+    finally:
+        await pooled.close()
+        await fresh.close()
+    # The server may have received it: a request is never sent twice unless its connection
+    # was an old one.
+    assert (server.requests, server.connections) == (1, 1)

@@ -13,8 +13,9 @@ from aiohttp import web
 from proxy.api.auth import api_key_middleware
 from proxy.api.errors import openai_errors
 from proxy.api.recent import RecentRequests
+from proxy.api.relay import Upstream, connection_reuse_trace
 from proxy.api.routes import add_routes
-from proxy.api.state import CPU, METRICS, POOL, RECENT, ROUTER, SESSION, SETTINGS
+from proxy.api.state import CPU, METRICS, POOL, RECENT, ROUTER, SESSION, SETTINGS, UPSTREAM
 from proxy.api.surfaces import SURFACES
 from proxy.backends.contention import CpuMeter
 from proxy.backends.discovery import Resolver
@@ -64,12 +65,22 @@ def build_app(
     async def backends_ctx(app: web.Application) -> AsyncIterator[None]:
         timeout = aiohttp.ClientTimeout(total=None, connect=settings.connect_timeout_s)
         # No per-host limit: concurrency is the backends' business, not the connection pool's.
-        # No keep-alive: llama-server may close a connection right after a streamed answer,
-        # and a pooled, half-closed connection would fail the next request with a 502. A new
-        # loopback connection per request costs well under a millisecond.
-        connector = aiohttp.TCPConnector(limit=0, force_close=True)
-        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        # Stock llama-server closes the connection after every streamed answer, and a pooled
+        # half-closed one would fail the next request; so only servers of specproxy's build
+        # (which keep it) get pooled connections, and everything else a new one per request.
+        # cpp-httplib drops a connection idle for 5 s: the pool lets it go at 4.
+        fresh_connector = aiohttp.TCPConnector(limit=0, force_close=True)
+        pooled_connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=4.0)
+        async with (
+            aiohttp.ClientSession(timeout=timeout, connector=fresh_connector) as session,
+            aiohttp.ClientSession(
+                timeout=timeout,
+                connector=pooled_connector,
+                trace_configs=[connection_reuse_trace()],
+            ) as pooled,
+        ):
             app[SESSION] = session
+            app[UPSTREAM] = Upstream(pooled=pooled, fresh=session)
             app[POOL] = BackendPool(specs, settings, session, resolver)
             app[POOL].start()
             try:

@@ -23,6 +23,49 @@ from proxy.sse import SseSplitter, data_of
 from proxy.tokens import StreamTally, counts_of
 
 
+@dataclass
+class _ConnectionUse:
+    """Whether a request went out on a connection taken from the pool."""
+
+    reused: bool = False
+
+
+async def _mark_reused(
+    _session: aiohttp.ClientSession, ctx: Any, _params: aiohttp.TraceConnectionReuseconnParams
+) -> None:
+    if isinstance(ctx.trace_request_ctx, _ConnectionUse):
+        ctx.trace_request_ctx.reused = True
+
+
+def connection_reuse_trace() -> aiohttp.TraceConfig:
+    """The trace a pooling session needs so the relay can tell a reused connection's failure."""
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_reuseconn.append(_mark_reused)
+    return trace
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """The sessions requests leave on: `pooled` keeps connections where the server does;
+    `fresh` opens one per request (servers that close after a stream, and the retry)."""
+
+    pooled: aiohttp.ClientSession
+    fresh: aiohttp.ClientSession
+
+    async def post(self, url: str, body: Mapping[str, Any], reuse: bool) -> aiohttp.ClientResponse:
+        """POST body to url; a pooled connection the server closed while idle fails before any
+        answer arrives, and only then is the request sent once more, on a new connection."""
+        if not reuse:
+            return await self.fresh.post(url, json=body)
+        use = _ConnectionUse()
+        try:
+            return await self.pooled.post(url, json=body, trace_request_ctx=use)
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+            if not use.reused:
+                raise
+        return await self.fresh.post(url, json=body)
+
+
 @dataclass(frozen=True)
 class RelayTimeouts:
     """How long the relay waits on a backend before answering 504 and cancelling upstream."""
@@ -71,7 +114,7 @@ OPENAI_WIRE = Wire()
 
 async def relay(
     request: web.Request,
-    session: aiohttp.ClientSession,
+    sessions: Upstream,
     backend: str,
     url: str,
     body: dict[str, Any],
@@ -79,11 +122,12 @@ async def relay(
     timeouts: RelayTimeouts,
     measured: Measurement,
     wire: Wire = OPENAI_WIRE,
+    reuse: bool = False,
 ) -> web.StreamResponse:
     """POST body to url and return the answer (SSE relayed chunk by chunk), filling `measured`.
 
     `measured` is the caller's, so what a stream measured survives its cancellation; only the
-    relay writes it.
+    relay writes it. `reuse`: the server keeps connections after its answers (specproxy's build).
     """
     start = time.monotonic()
     stream = bool(body.get("stream"))
@@ -98,7 +142,7 @@ async def relay(
     wait = timeouts.first_token_s if stream else timeouts.whole_answer_s
     try:
         async with asyncio.timeout(wait):
-            upstream = await measured.waiting(session.post(url, json=body))
+            upstream = await measured.waiting(sessions.post(url, body, reuse))
     except aiohttp.ConnectionTimeoutError as exc:
         # Before TimeoutError, which it is too: nothing was sent, so another backend may serve.
         raise ApiError(

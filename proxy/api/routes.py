@@ -24,7 +24,7 @@ from proxy.api.context_fit import (
 from proxy.api.errors import ApiError
 from proxy.api.record import record
 from proxy.api.relay import RelayTimeouts, relay
-from proxy.api.state import CPU, METRICS, POOL, ROUTER, SESSION, SETTINGS
+from proxy.api.state import CPU, METRICS, POOL, ROUTER, SESSION, SETTINGS, UPSTREAM
 from proxy.api.status_page import status_live, status_page
 from proxy.api.surfaces import SURFACES, Surface
 from proxy.backends.backend import Backend, BackendSaturatedError, SlotUse
@@ -343,7 +343,7 @@ async def _admit_and_relay(
             try:
                 response = await relay(
                     request,
-                    app[SESSION],
+                    app[UPSTREAM],
                     backend.name,
                     target + surface.path,
                     body,
@@ -351,6 +351,7 @@ async def _admit_and_relay(
                     timeouts,
                     upstream,
                     surface.wire,
+                    reuse=backend.spec.keeps_connections,
                 )
             finally:
                 exchange.contended = meter.contended(started, meter.snapshot())

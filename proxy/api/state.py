@@ -6,6 +6,7 @@ import aiohttp
 from aiohttp import web
 
 from proxy.api.recent import RecentRequests
+from proxy.api.relay import Upstream
 from proxy.backends.contention import CpuMeter
 from proxy.backends.pool import BackendPool
 from proxy.config import Settings
@@ -16,6 +17,7 @@ SETTINGS = web.AppKey("settings", Settings)
 POOL = web.AppKey("pool", BackendPool)
 ROUTER = web.AppKey("router", Router)
 SESSION = web.AppKey("session", aiohttp.ClientSession)
+UPSTREAM = web.AppKey("upstream", Upstream)
 METRICS = web.AppKey("metrics", ProxyMetrics)
 CPU = web.AppKey("cpu", CpuMeter)
 RECENT = web.AppKey("recent", RecentRequests)

