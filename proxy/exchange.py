@@ -86,6 +86,8 @@ class Exchange:
     # machine's CPUs while it ran
     upstream: Measurement | None = None
     contended: bool = False
+    # The client set its own speculation (a pinned backend): not the backend's measured speed.
+    client_speculation: bool = False
     # outcome: the status the client got (499 when it left before the answer)
     status: int = 0
 

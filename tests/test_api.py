@@ -178,3 +178,22 @@ def test_requests_reuse_the_connection_to_their_backend(
         seen.append(open_to_backend())
     # One connection carried every request: its local port stayed open throughout.
     assert set.intersection(*seen), seen
+
+
+def test_a_pinned_backend_honours_the_clients_draft_length(client: openai.OpenAI) -> None:
+    question = [{"role": "user", "content": "List the first ten prime numbers."}]
+
+    def answer(model: str, **extra: object) -> tuple[str, dict[str, int]]:
+        resp = client.chat.completions.create(
+            model=model, messages=question, max_tokens=40, temperature=0, extra_body=extra
+        )
+        timings = (resp.model_extra or {})["timings"]
+        return resp.choices[0].message.content or "", timings
+
+    plain, _ = answer("plain")
+    off, off_timings = answer("draft", **{"speculative.n_max": 0})
+    _, on_timings = answer("draft")
+    assert off == plain
+    assert not off_timings.get("draft_n") and on_timings["draft_n"] > 0
+    with pytest.raises(openai.BadRequestError, match="draft-simple"):
+        answer("draft", **{"speculative.types": ["ngram-mod"]})

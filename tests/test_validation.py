@@ -211,3 +211,47 @@ async def test_tools_real_agents_send_still_pass(stubbed: FastProxy) -> None:
         },
     )
     assert responses.status == 200, await responses.text()
+
+
+# ------------------------------------------------------------------ a client's speculation
+
+
+@pytest.mark.parametrize(
+    ("model", "fields", "param", "says"),
+    [
+        ("auto", {"speculative.n_max": 0}, "speculative.n_max", "with auto the proxy chooses"),
+        ("claude-haiku", {"speculative.types": ["ngram-mod"]}, "speculative.types", "pin"),
+        ("plain", {"speculative.p_min": 0.5}, "speculative.p_min", "not supported"),
+        # The stubs stand where a llama-server of another build would: it ignores the fields.
+        ("draft", {"speculative.n_max": 2}, "speculative.n_max", "did not build"),
+    ],
+)
+async def test_a_clients_speculation_settings_are_refused_where_they_cannot_hold(
+    stubbed: FastProxy, model: str, fields: dict[str, object], param: str, says: str
+) -> None:
+    before = sent(stubbed)
+    body = {"model": model, "messages": HELLO, **fields}
+    status, error = await post(stubbed, "/v1/chat/completions", json.dumps(body).encode())
+    assert status == 400
+    assert error["error"]["param"] == param and says in error["error"]["message"]
+    assert sent(stubbed) == before
+
+
+async def test_a_clients_speculation_on_auto_is_an_anthropic_error_on_messages(
+    stubbed: FastProxy,
+) -> None:
+    with pytest.raises(anthropic.BadRequestError) as exc:
+        await stubbed.anthropic().messages.create(
+            model="claude-sonnet-4",
+            max_tokens=8,
+            messages=[{"role": "user", "content": "hi"}],
+            extra_body={"speculative.n_max": 0},
+        )
+    assert exc.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+    assert "speculative.n_max" in exc.value.message
+
+
+async def test_no_speculation_field_travels_unless_a_client_set_one(stubbed: FastProxy) -> None:
+    await stubbed.openai().chat.completions.create(model="plain", messages=HELLO, max_tokens=4)  # type: ignore[arg-type]
+    received = stubbed.doubles["plain"].received[-1]
+    assert not [k for k in received if k.startswith("speculative.")]

@@ -45,7 +45,8 @@ def record(app: web.Application, exchange: Exchange) -> None:
     if exchange.task == FIM_TASK:
         outcome = fim_outcome(outcome, timings)
     # A stream its client left still measured its speed up to there.
-    if exchange.task is not None and upstream.status == 200 and upstream.error in _MEASURED:
+    measured = upstream.status == 200 and upstream.error in _MEASURED
+    if exchange.task is not None and measured and not exchange.client_speculation:
         router.record(outcome)
     admission = exchange.admission
     if prompt is not None and admission is not None and upstream.status == 200:

@@ -13,6 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
+from proxy.api import speculation
 from proxy.api.context_fit import (
     ANSWER_RESERVE,
     answer_budget,
@@ -36,7 +37,7 @@ from proxy.routing.agent_turns import session_intent
 from proxy.routing.policy import RequestCost
 from proxy.routing.prefixes import Cached, PromptPrefix, session_key
 from proxy.routing.router import NoBackendError, UnknownModelError
-from proxy.tasks import AUTO_MODEL, AUTO_TASK_MODELS
+from proxy.tasks import AUTO_MODEL, AUTO_TASK_MODELS, ROUTING_MODEL_IDS
 
 log = get_logger("request")
 _ROOM_POLL_S = 0.25
@@ -243,10 +244,12 @@ def _upstream_body(
     if not surface.generates:
         # A passthrough answers one JSON document; a `stream` flag would only confuse the relay.
         return {k: v for k, v in shaped.items() if k != "stream"}
-    if "id_slot" in shaped:
-        # Through the proxy a slot number names no particular server, and a named slot skips
-        # llama-server's own search of its slots and RAM cache (docs/routing.md).
-        shaped = {k: v for k, v in shaped.items() if k != "id_slot"}
+    # Through the proxy a slot number names no particular server, and a named slot skips
+    # llama-server's own search of its slots and RAM cache (docs/routing.md). A client's
+    # speculation settings go only where _client_speculation checked them.
+    shaped = {
+        k: v for k, v in shaped.items() if k != "id_slot" and not k.startswith(speculation.PREFIX)
+    }
     if not body.get("stream"):
         return shaped
     # Running timings in every streamed chunk: a stream its client abandons still measured
@@ -255,6 +258,21 @@ def _upstream_body(
     if surface.stream_progress:
         streamed["return_progress"] = True
     return streamed
+
+
+def _client_speculation(app: web.Application, exchange: Exchange) -> dict[str, Any]:
+    """A client's `speculative.*` fields, checked against the backend it pinned."""
+    fields = speculation.client_fields(exchange.body)
+    if not fields or not exchange.generates:
+        return {}
+    if exchange.model in ROUTING_MODEL_IDS:
+        speculation.refuse_on_auto(fields)
+    backend = app[POOL].get(exchange.model)
+    if backend is None:
+        return {}  # an unknown model: choosing it answers the 404
+    checked = speculation.checked(fields, backend)
+    exchange.client_speculation = bool(checked)
+    return checked
 
 
 def _headers(exchange: Exchange, route: Route) -> dict[str, str]:
@@ -284,7 +302,7 @@ async def _serve(request: web.Request, surface: Surface, exchange: Exchange) -> 
     _classify(app, surface, request.headers, shaped, exchange)
     fit = await _backends_that_fit(app, surface, shaped, len(raw), exchange.model)
     exchange.fit_wait_s = fit.waited_s
-    body = _upstream_body(surface, exchange.body, shaped)
+    body = {**_upstream_body(surface, exchange.body, shaped), **_client_speculation(app, exchange)}
     budget = answer_budget(exchange.body)
     # An unreachable backend received nothing, so an unpinned request may try one other.
     for attempt in (1, 2):
@@ -351,7 +369,7 @@ async def _admit_and_relay(
                     timeouts,
                     upstream,
                     surface.wire,
-                    reuse=backend.spec.keeps_connections,
+                    reuse=backend.spec.our_build,
                 )
             finally:
                 exchange.contended = meter.contended(started, meter.snapshot())

@@ -27,8 +27,9 @@ class LaunchSpec:
     draft_path: Path | None = None
     url: str | None = None
     architecture: str = "unknown"
-    # Whether the server keeps its connections after streamed answers: specproxy's own build.
-    keeps_connections: bool = False
+    # specproxy's own llama-server build: it keeps connections after streamed answers and
+    # takes per-request speculation (proxy/provision/source_fixes.py).
+    our_build: bool = False
 
     def argv(self, host: str, port: int) -> list[str]:
         """The llama-server command line for this backend on host:port."""
@@ -132,7 +133,7 @@ def prepare_backend(cfg: BackendConfig, settings: Settings, binary: Path | None)
         model_path=model,
         draft_path=draft,
         architecture=target_info.architecture,
-        keeps_connections=settings.llama_server is None,
+        our_build=settings.llama_server is None,
     )
 
 
