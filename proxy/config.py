@@ -101,6 +101,12 @@ class BackendConfig(BaseModel):
         default=None, ge=1, description="requests sent at once (default: parallel)"
     )
     extra_args: list[str] = Field(default_factory=list)
+    engine: str | None = Field(
+        default=None,
+        description="backends naming the same engine are served by one llama-server: one copy "
+        "of the weights, one batch, one prompt cache; each request carries its backend's "
+        "speculation. They must agree on everything but kind and the draft settings",
+    )
     url: str | None = Field(default=None, description="an already running llama-server")
     urls: list[str] | None = Field(
         default=None,
@@ -205,6 +211,24 @@ class BackendConfig(BaseModel):
     def replica_urls(self) -> list[str]:
         """The external servers as configured (`url` is one replica); none when supervised."""
         return [self.url] if self.url is not None else list(self.urls or [])
+
+
+# What one llama-server process is: backends sharing an engine must agree on all of it.
+ENGINE_FIELDS = (
+    "model",
+    "threads",
+    "gpu_layers",
+    "device",
+    "ctx_size",
+    "parallel",
+    "kv_unified",
+    "batch_size",
+    "cache_ram_mib",
+    "max_concurrency",
+    "extra_args",
+    "draft_gpu_layers",
+    "draft_device",
+)
 
 
 @dataclass(frozen=True)
@@ -378,6 +402,42 @@ class Settings(BaseSettings):
         if dupes:
             raise ValueError(f"backend names must be unique; repeated: {', '.join(dupes)}")
         return self
+
+    @model_validator(mode="after")
+    def _engines_agree(self) -> Settings:
+        names = {b.name for b in self.backends}
+        for engine, members in self.engines().items():
+            where = f"engine {engine!r} ({', '.join(m.name for m in members)})"
+            if engine in names:
+                raise ValueError(f"{where}: an engine may not take a backend's name")
+            if any(not m.supervised for m in members):
+                raise ValueError(f"{where}: only backends the proxy starts (`model`) share one")
+            if self.llama_server is not None:
+                raise ValueError(
+                    f"{where}: sharing a process needs specproxy's own llama-server build "
+                    "(per-request speculation); unset `llama_server` or give each backend its "
+                    "own process"
+                )
+            for field in ENGINE_FIELDS:
+                values = {json.dumps(getattr(m, field), sort_keys=True) for m in members}
+                if len(values) > 1:
+                    raise ValueError(
+                        f"{where}: `{field}` differs between them; one process has one {field}"
+                    )
+            drafts = {m.draft_model for m in members if m.kind == "draft-simple"}
+            if len(drafts) > 1:
+                raise ValueError(f"{where}: one process loads one draft model; pick one")
+            if sum(m.kind == "draft-mtp" for m in members) and drafts:
+                raise ValueError(f"{where}: an MTP head and a draft model cannot share one")
+        return self
+
+    def engines(self) -> dict[str, list[BackendConfig]]:
+        """The backends of each shared engine, in configuration order."""
+        shared: dict[str, list[BackendConfig]] = {}
+        for b in self.backends:
+            if b.engine is not None:
+                shared.setdefault(b.engine, []).append(b)
+        return shared
 
     def supervision(self) -> Supervision:
         """The part of the settings a backend's supervisor uses."""

@@ -98,3 +98,49 @@ def test_model_aliases_exact_names_then_patterns_in_order(
     monkeypatch.setenv("SPECPROXY_MODEL_ALIASES", '{"gpt-*": "auto-prose"}')
     merged = load_settings(write(tmp_path, text)).model_aliases
     assert merged["gpt-*"] == "auto-prose" and merged["claude-*"] == "auto", "env adds aliases"
+
+
+ENGINE = """
+backends:
+  - {name: plain, kind: plain, engine: coder, model: a.gguf, ctx_size: 8192}
+  - {name: ngram, kind: ngram, engine: coder, model: a.gguf, ctx_size: 8192}
+  - {name: draft, kind: draft-simple, engine: coder, model: a.gguf, draft_model: b.gguf,
+     draft_n_max: 6, ctx_size: 8192}
+"""
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (("ctx_size: 8192}", "ctx_size: 4096}", 1), "`ctx_size` differs between them"),
+        (("engine: coder, model: a.gguf", "engine: plain, model: a.gguf", 3), "a backend's name"),
+        (("engine: coder, model: a.gguf, ctx", "engine: coder, url: 'http://h:1', ctx", 1), "only"),
+    ],
+)
+def test_backends_sharing_an_engine_must_agree_on_the_process(
+    tmp_path: Path, change: tuple[str, str, int], expected: str
+) -> None:
+    old, new, count = change
+    with pytest.raises(ConfigError, match=expected):
+        load_settings(write(tmp_path, ENGINE.replace(old, new, count)))
+
+
+def test_an_engine_is_one_command_line_with_every_speculator(tmp_path: Path) -> None:
+    from proxy.backends.launch import LaunchSpec, engine_spec
+
+    settings = load_settings(write(tmp_path, ENGINE))
+    members = [
+        LaunchSpec(
+            config=b,
+            binary=Path("/bin/llama-server"),
+            model_path=Path("/m/a.gguf"),
+            draft_path=Path("/m/b.gguf") if b.draft_model else None,
+            our_build=True,
+        )
+        for b in settings.engines()["coder"]
+    ]
+    argv = engine_spec("coder", members).argv("127.0.0.1", 9000)
+    assert argv[argv.index("--spec-type") + 1] == "ngram-mod,draft-simple"
+    assert argv[argv.index("--spec-draft-model") + 1] == "/m/b.gguf"
+    assert argv[argv.index("--spec-draft-n-max") + 1] == "6"
+    assert argv.count("--model") == 1 and argv[argv.index("--alias") + 1] == "coder"

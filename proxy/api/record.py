@@ -51,7 +51,7 @@ def record(app: web.Application, exchange: Exchange) -> None:
     admission = exchange.admission
     if prompt is not None and admission is not None and upstream.status == 200:
         router.prefixes.record(
-            route.backend.name,
+            route.backend.engine,
             prompt.prefix,
             admission.placement,
             timings.prompt_n + timings.cache_n,

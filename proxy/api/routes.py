@@ -172,7 +172,7 @@ def _choose(app: web.Application, exchange: Exchange, fit: _Fit, budget: int | N
     pool, router = app[POOL], app[ROUTER]
     prompt, model = exchange.prompt, exchange.model
     held = {
-        b.name: router.prefixes.cached(b.name, prompt.prefix, b.server_urls, prompt.session)
+        b.name: router.prefixes.cached(b.engine, prompt.prefix, b.server_urls, prompt.session)
         if prompt is not None
         else Cached(0, None)
         for b in fit.backends
@@ -302,13 +302,17 @@ async def _serve(request: web.Request, surface: Surface, exchange: Exchange) -> 
     _classify(app, surface, request.headers, shaped, exchange)
     fit = await _backends_that_fit(app, surface, shaped, len(raw), exchange.model)
     exchange.fit_wait_s = fit.waited_s
-    body = {**_upstream_body(surface, exchange.body, shaped), **_client_speculation(app, exchange)}
+    body = _upstream_body(surface, exchange.body, shaped)
+    client_speculation = _client_speculation(app, exchange)
     budget = answer_budget(exchange.body)
     # An unreachable backend received nothing, so an unpinned request may try one other.
     for attempt in (1, 2):
         route = exchange.route = _choose(app, exchange, fit, budget)
         try:
-            return await _admit_and_relay(request, surface, exchange, route, fit, body)
+            # A backend sharing its process says how its requests decode there.
+            chosen = speculation.merged(route.backend.speculation, client_speculation)
+            sent = {**body, **chosen} if surface.generates else body
+            return await _admit_and_relay(request, surface, exchange, route, fit, sent)
         except ApiError as exc:
             # A pinned request may try again only on another replica of its backend.
             pinned_down = route.reason == "pinned" and not route.backend.ready

@@ -84,3 +84,12 @@ def checked(fields: Mapping[str, Any], backend: Backend) -> dict[str, Any]:
             )
         out[TYPES] = names
     return out
+
+
+def merged(strategy: Mapping[str, Any], client: Mapping[str, Any]) -> dict[str, Any]:
+    """A strategy's own fields with a client's checked ones: the client may narrow its
+    speculators and shorten its drafts, never turn on what the strategy leaves off."""
+    out = {**strategy, **client}
+    if N_MAX in strategy and N_MAX in client:
+        out[N_MAX] = min(strategy[N_MAX], client[N_MAX])
+    return out

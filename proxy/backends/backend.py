@@ -83,6 +83,8 @@ class DeviceView(Protocol):
 
     def next_up(self) -> str | None: ...
 
+    def engine_of(self, backend: str) -> str: ...
+
 
 class RoutableBackend(Protocol):
     """What the routing policy needs to know about a backend."""
@@ -117,10 +119,24 @@ class Backend(RoutableBackend, Protocol):
     """A backend as everything above `proxy.backends` sees it: no caller tests its type."""
 
     spec: LaunchSpec
-    limit: int
-    max_queue: int
-    queued: int
-    restarts: int
+
+    @property
+    def engine(self) -> str:
+        """The process it runs in, by name (its own, unless it shares an engine's): where the
+        prompts it processed are cached."""
+        ...
+
+    @property
+    def limit(self) -> int: ...
+
+    @property
+    def max_queue(self) -> int: ...
+
+    @property
+    def queued(self) -> int: ...
+
+    @property
+    def restarts(self) -> int: ...
 
     @property
     def state(self) -> str: ...
@@ -168,6 +184,12 @@ class Backend(RoutableBackend, Protocol):
         """Admission: its device's share and a concurrency slot, held for one request."""
         ...
 
+    @property
+    def speculation(self) -> dict[str, Any]:
+        """The fields each request carries to choose its speculation in a process it shares
+        with other backends; empty for a backend with a process of its own."""
+        ...
+
     def mark_down(self, base_url: str | None = None) -> None: ...
 
     def scrape_targets(self) -> list[tuple[str, dict[str, str]]]:
@@ -210,6 +232,8 @@ def common_health(b: Backend) -> dict[str, Any]:
         "queued": b.queued,
         "limit": b.limit,
         "device": b.device.name,
+        # The process that serves it: backends sharing an engine name the same one.
+        "engine": b.engine,
         # Tokens one request may hold (prompt and answer), as llama-server reports it.
         "n_ctx": b.n_ctx,
     }

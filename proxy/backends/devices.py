@@ -51,6 +51,8 @@ class Device:
         self.name = name
         self.capacity = capacity
         self._share: dict[str, int] = {}
+        # Backends that share an engine's process decode as that engine.
+        self._engine_of: dict[str, str] = {}
         self._running: dict[str, int] = {}
         self._waiters: deque[tuple[str, asyncio.Future[None]]] = deque()
         self._busy_since: float | None = None
@@ -67,13 +69,21 @@ class Device:
         """Register a backend that needs `share` of this device while it decodes."""
         self._share[backend] = max(1, min(share, self.capacity))
 
+    def add_to_engine(self, backend: str, engine: str) -> None:
+        """Register a backend served by `engine`'s process: it is admitted as the engine."""
+        self._engine_of[backend] = engine
+
+    def engine_of(self, backend: str) -> str:
+        """The process a backend decodes in, by the name this device admits it under."""
+        return self._engine_of.get(backend, backend)
+
     def serves(self, backend: str) -> bool:
         """Whether `backend` is registered on this device."""
-        return backend in self._share
+        return self.engine_of(backend) in self._share
 
     def share(self, backend: str) -> int:
         """The part of the capacity this backend takes while it decodes."""
-        return self._share[backend]
+        return self._share[self.engine_of(backend)]
 
     @property
     def in_use(self) -> int:
@@ -94,7 +104,7 @@ class Device:
 
     def admits(self, backend: str) -> bool:
         """Whether a request for `backend` would start now, without waiting for the device."""
-        return not self._waiters and self._fits(backend)
+        return not self._waiters and self._fits(self.engine_of(backend))
 
     def _fits(self, backend: str) -> bool:
         return backend in self._running or self.in_use + self._share[backend] <= self.capacity
@@ -247,5 +257,9 @@ def build_devices(settings: Settings) -> dict[str, Device]:
                 device=name,
                 capacity=device.capacity,
             )
-        device.add(cfg.name, share)
+        if cfg.engine is None:
+            device.add(cfg.name, share)
+        else:
+            device.add(cfg.engine, share)
+            device.add_to_engine(cfg.name, cfg.engine)
     return devices

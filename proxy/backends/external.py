@@ -126,6 +126,16 @@ class ExternalBackend:
         """Each ready replica's /metrics, labelled with the replica."""
         return [(r.url, {"replica": r.url}) for r in self.replicas if r.ready]
 
+    @property
+    def engine(self) -> str:
+        """Its own process (or servers): it shares them with no other backend."""
+        return self.name
+
+    @property
+    def speculation(self) -> dict[str, Any]:
+        """Nothing: the process runs this backend's speculation for every request."""
+        return {}
+
     def health_view(self) -> dict[str, Any]:
         """Its part of GET /health, with its replicas."""
         shown = common_health(self)

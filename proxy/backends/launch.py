@@ -31,12 +31,49 @@ class LaunchSpec:
     # takes per-request speculation (proxy/provision/source_fixes.py).
     our_build: bool = False
 
+    # An engine's speculators, every one its backends use (None: the config's own kind).
+    speculators: tuple[str, ...] | None = None
+
     def argv(self, host: str, port: int) -> list[str]:
         """The llama-server command line for this backend on host:port."""
         assert self.binary is not None and self.model_path is not None
         return llama_server_argv(
-            self.binary, self.config, self.model_path, self.draft_path, host, port
+            self.binary, self.config, self.model_path, self.draft_path, host, port, self.speculators
         )
+
+
+def engine_spec(name: str, members: list[LaunchSpec]) -> LaunchSpec:
+    """One process for backends that share an engine: their common settings, every speculator
+    any of them uses, and the draft model with the longest draft any allows (each request caps
+    its own)."""
+    first = members[0]
+    speculating = [m for m in members if m.config.spec_type is not None]
+    speculators = tuple(
+        dict.fromkeys(m.config.spec_type for m in speculating if m.config.spec_type)
+    )
+    drafting = next((m for m in members if m.draft_path is not None), None)
+    update: dict[str, object] = {"name": name, "engine": None}
+    if drafting is not None:
+        update.update(
+            kind=drafting.config.kind,
+            draft_model=drafting.config.draft_model,
+            draft_n_min=drafting.config.draft_n_min,
+            draft_p_min=drafting.config.draft_p_min,
+        )
+    else:
+        update.update(kind=speculating[0].config.kind if speculating else "plain", draft_model=None)
+    # The draft model's longest draft; n-gram speculators keep their own limits.
+    drafters = [m.config.n_max for m in members if m.draft_path is not None]
+    update["draft_n_max"] = max(drafters) if drafters else None
+    return LaunchSpec(
+        config=first.config.model_copy(update=update),
+        binary=first.binary,
+        model_path=first.model_path,
+        draft_path=drafting.draft_path if drafting is not None else None,
+        architecture=first.architecture,
+        our_build=first.our_build,
+        speculators=speculators,
+    )
 
 
 def llama_server_argv(
@@ -46,6 +83,7 @@ def llama_server_argv(
     draft: Path | None,
     host: str,
     port: int,
+    speculators: tuple[str, ...] | None = None,
 ) -> list[str]:
     """llama-server flags for a backend: metrics on, loopback port, its speculation settings."""
     argv = [
@@ -68,8 +106,9 @@ def llama_server_argv(
         argv += ["--threads", str(cfg.threads)]
     if cfg.gpu_layers is not None:
         argv += ["--n-gpu-layers", str(cfg.gpu_layers)]
-    if cfg.spec_type is not None:
-        argv += ["--spec-type", cfg.spec_type]
+    spec_types = speculators if speculators is not None else (cfg.spec_type,)
+    if any(spec_types):
+        argv += ["--spec-type", ",".join(s for s in spec_types if s)]
     if draft is not None:
         argv += ["--spec-draft-model", str(draft)]
         if cfg.threads is not None:

@@ -12,7 +12,8 @@ from proxy.backends.backend import Backend
 from proxy.backends.devices import Device, build_devices, device_for
 from proxy.backends.discovery import Resolver, SystemResolver
 from proxy.backends.external import ExternalBackend
-from proxy.backends.launch import LaunchSpec
+from proxy.backends.launch import LaunchSpec, engine_spec
+from proxy.backends.strategy import Strategy
 from proxy.backends.supervisor import BackendSupervisor
 from proxy.config import Settings
 
@@ -29,8 +30,23 @@ class BackendPool:
     ):
         self.devices: dict[str, Device] = build_devices(settings)
         self._by_name: dict[str, Backend] = {}
+        # One process per shared engine, serving each of its backends as a Strategy.
+        self._engines: list[BackendSupervisor] = []
+        sharing: dict[str, list[LaunchSpec]] = {}
+        for s in specs:
+            if s.config.engine is not None:
+                sharing.setdefault(s.config.engine, []).append(s)
+        engines: dict[str, BackendSupervisor] = {}
+        for engine, members in sharing.items():
+            spec = engine_spec(engine, members)
+            device = self.devices[spec.config.device_name]
+            engines[engine] = BackendSupervisor(spec, settings.supervision(), session, device)
+            self._engines.append(engines[engine])
         for s in specs:
             name = s.config.name
+            if s.config.engine is not None:
+                self._by_name[name] = Strategy(s, engines[s.config.engine])
+                continue
             if s.config.supervised:
                 device = self.devices[s.config.device_name]
                 self._by_name[name] = BackendSupervisor(s, settings.supervision(), session, device)
@@ -60,10 +76,17 @@ class BackendPool:
         """Backend names in configuration order."""
         return list(self._by_name)
 
+    @property
+    def engines(self) -> list[BackendSupervisor]:
+        """The processes that serve several backends each."""
+        return list(self._engines)
+
     def start(self) -> None:
-        """Start supervising every backend."""
+        """Start supervising every backend and engine."""
         for backend in self:
             backend.start()
+        for engine in self._engines:
+            engine.start()
 
     async def wait_ready(self, timeout: float | None = None) -> bool:
         """Wait until every backend is ready; False if timeout passes first."""
@@ -72,4 +95,4 @@ class BackendPool:
 
     async def stop(self) -> None:
         """Stop every backend (in parallel, each with its grace period)."""
-        await asyncio.gather(*(b.stop() for b in self))
+        await asyncio.gather(*(b.stop() for b in self), *(e.stop() for e in self._engines))

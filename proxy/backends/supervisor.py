@@ -218,6 +218,16 @@ class BackendSupervisor:
         """Its process's /metrics, while it serves."""
         return [(self.base_url, {})] if self.ready else []
 
+    @property
+    def engine(self) -> str:
+        """Its own process (or servers): it shares them with no other backend."""
+        return self.name
+
+    @property
+    def speculation(self) -> dict[str, Any]:
+        """Nothing: the process runs this backend's speculation for every request."""
+        return {}
+
     def health_view(self) -> dict[str, Any]:
         """Its part of GET /health."""
         return common_health(self)

@@ -68,7 +68,7 @@ async def calibrate(
         per_backend = []
         for backend in backends:
             config = backend.spec.config
-            room = config.ctx_size // config.parallel - budget.get(task, max_tokens)
+            room = config.request_context - budget.get(task, max_tokens)
             requests = calibration_requests(task, prompts, room) * rounds
             est = scoreboard.get(backend.name, task, 1)
             if requests and (est is None or est.samples < len(requests)):
@@ -81,7 +81,11 @@ async def calibrate(
             continue
         try:
             async with backend.slot() as use:
-                payload = request.with_sampling(budget.get(task, max_tokens))
+                # A backend sharing an engine's process decodes as its own fields say.
+                payload = {
+                    **request.with_sampling(budget.get(task, max_tokens)),
+                    **backend.speculation,
+                }
                 start = meter.snapshot()
                 async with session.post(f"{use.base_url}{request.path}", json=payload) as resp:
                     body = await resp.json() if resp.status == 200 else {}

@@ -250,7 +250,8 @@ class RoutePolicy:
                 upcoming = best.device.next_up()
                 for other in ranked[1:]:
                     same = other.device is best.device
-                    if same and other.name == upcoming and about_as_fast(other, JOIN_MARGIN):
+                    runs_next = other.device.engine_of(other.name) == upcoming
+                    if same and runs_next and about_as_fast(other, JOIN_MARGIN):
                         return RouteChoice(other.name, "join_queue", levels[other.name])
                 return RouteChoice(best.name, "wait_device", levels[best.name])
         # A probe runs only where its device is idle: next to busy backends it would slow them
