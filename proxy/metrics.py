@@ -224,16 +224,24 @@ class ProxyMetrics:
         backends: Iterable[Backend],
         devices: Mapping[str, Device],
         session: aiohttp.ClientSession,
+        engines: Iterable[Backend] = (),
     ) -> bytes:
         """The exposition text: this registry, the supervisors' and devices' state and each
-        backend's own (each replica's, for an external backend)."""
+        backend's own (each replica's, for an external backend; an engine's, labelled with the
+        engine, where backends share one process and its counters mix them)."""
         every = list(backends)
-        targets = [(b.name, url, labels) for b in every for url, labels in b.scrape_targets()]
+        targets = [
+            (b.name, url, {"backend": b.name, **labels})
+            for b in every
+            for url, labels in b.scrape_targets()
+        ]
+        targets += [
+            (e.name, url, {"engine": e.name, **labels})
+            for e in engines
+            for url, labels in e.scrape_targets()
+        ]
         upstream = await asyncio.gather(
-            *(
-                _scrape_backend(url, {"backend": name, **labels}, session)
-                for name, url, labels in targets
-            )
+            *(_scrape_backend(url, labels, session) for _, url, labels in targets)
         )
         fetched: dict[str, list[list[Metric] | None]] = {}
         for (name, _, _), families in zip(targets, upstream, strict=True):
@@ -438,7 +446,7 @@ class _BackendCollector:
             queue_limit.add_metric(key, b.max_queue)
             restarts.add_metric(key, b.restarts)
             failed.add_metric(key, b.failed_health_checks)
-            results = self.fetched.get(b.name) or [None]
+            results = self.fetched.get(b.engine) or [None]
             scraped.add_metric([b.name], 1 if all(r is not None for r in results) else 0)
         yield from (up, in_flight, limit, queued, queue_limit, restarts, failed, scraped)
         yield from self._replicas()

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 
+from proxy.llamacpp import metric_values
 from tests.conftest import ROOT, RunningProxy, start_proxy
 
 pytestmark = pytest.mark.integration
@@ -75,3 +76,20 @@ def test_a_conversation_changing_strategy_keeps_its_prompt(engine_proxy: Running
         previous = timings["prompt_n"] + timings["cache_n"]
         messages.append({"role": "assistant", "content": f"Answer {turn}."})
     assert previous > 1500
+
+
+def test_the_engines_own_counters_are_exported_once_under_its_name(
+    engine_proxy: RunningProxy,
+) -> None:
+    text = requests.get(f"{engine_proxy.url}/metrics", timeout=30).text
+    engine_series = metric_values(text, "llamacpp_tokens_predicted_total")
+    assert [labels.get("engine") for labels, _ in engine_series] == ["smollm2"]
+    assert all("backend" not in labels for labels, _ in engine_series)
+    scraped = metric_values(text, "specproxy_backend_metrics_scrape_ok")
+    assert {labels["backend"]: value for labels, value in scraped} == {
+        "plain": 1.0,
+        "draft": 1.0,
+        "ngram": 1.0,
+    }
+    page = requests.get(f"{engine_proxy.url}/ui", timeout=30).text
+    assert page.count("<td>smollm2</td>") == 3

@@ -523,7 +523,7 @@ async def metrics(request: web.Request) -> web.Response:
     """GET /metrics: Prometheus text for the proxy, its router and every ready backend."""
     app = request.app
     pool = app[POOL]
-    body = await app[METRICS].render(pool, pool.devices, app[SESSION])
+    body = await app[METRICS].render(pool, pool.devices, app[SESSION], pool.engines)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
 

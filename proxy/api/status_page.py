@@ -83,6 +83,8 @@ def _backends(backends: Sequence[Backend]) -> str:
                 _state(b.state),
                 b.spec.config.kind,
                 b.device.name,
+                # Backends sharing one llama-server name the same engine.
+                b.engine,
                 where,
                 b.in_flight,
                 b.queued,
@@ -91,8 +93,8 @@ def _backends(backends: Sequence[Backend]) -> str:
                 b.n_ctx,
             )
         )
-    headers = ("backend", "state", "kind", "device", "server", "in flight", "queued", "limit")
-    return _table((*headers, "restarts", "context"), rows, numeric=5)
+    headers = ("backend", "state", "kind", "device", "engine", "server", "in flight", "queued")
+    return _table((*headers, "limit", "restarts", "context"), rows, numeric=5)
 
 
 def _devices(request: web.Request) -> str:

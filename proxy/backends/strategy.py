@@ -144,7 +144,7 @@ class Strategy:
         self._engine.mark_down(base_url)
 
     def scrape_targets(self) -> list[tuple[str, dict[str, str]]]:
-        """None: the engine's counters mix its strategies (the pool reads them once)."""
+        """None: the engine's counters mix its strategies; /metrics reads them per engine."""
         return []
 
     def health_view(self) -> dict[str, Any]:
