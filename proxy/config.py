@@ -29,7 +29,10 @@ from pydantic_settings import (
 from proxy.llamacpp import DEFAULT_DRAFT_N_MAX
 from proxy.tasks import ROUTING_MODEL_IDS
 
-BackendKind = Literal["plain", "draft-simple", "ngram", "draft-mtp"]
+# draft-ngram: n-gram lookup drafts where it finds a match, the draft model everywhere else.
+BackendKind = Literal["plain", "draft-simple", "ngram", "draft-ngram", "draft-mtp"]
+# The kinds that draft with a separate draft model.
+DRAFT_MODEL_KINDS = ("draft-simple", "draft-ngram")
 NgramVariant = Literal["ngram-simple", "ngram-mod", "ngram-map-k", "ngram-map-k4v", "ngram-cache"]
 GpuLayers = int | Literal["auto", "all"]
 LogFormat = Literal["auto", "json", "console"]
@@ -158,9 +161,9 @@ class BackendConfig(BaseModel):
             raise ValueError(
                 f"backend {self.name!r}: set either `model` or `url` / `urls`, not both"
             )
-        if self.supervised and self.kind == "draft-simple" and self.draft_model is None:
+        if self.supervised and self.kind in DRAFT_MODEL_KINDS and self.draft_model is None:
             raise ValueError(
-                f"backend {self.name!r}: kind draft-simple needs `draft_model` (a model with the "
+                f"backend {self.name!r}: kind {self.kind} needs `draft_model` (a model with the "
                 "target's vocabulary, e.g. qwen2.5-coder-0.5b for qwen2.5-coder-1.5b)"
             )
         if self.kind in ("plain", "ngram") and self.draft_model is not None:
@@ -188,7 +191,14 @@ class BackendConfig(BaseModel):
             return None
         if self.kind == "ngram":
             return self.ngram_variant
+        if self.kind == "draft-ngram":
+            return f"{self.ngram_variant},draft-simple"
         return self.kind
+
+    @property
+    def speculators(self) -> list[str]:
+        """Each speculator this backend drafts with (llama-server's names); none for plain."""
+        return [] if self.spec_type is None else self.spec_type.split(",")
 
     @property
     def device_name(self) -> str:
@@ -424,7 +434,7 @@ class Settings(BaseSettings):
                     raise ValueError(
                         f"{where}: `{field}` differs between them; one process has one {field}"
                     )
-            drafts = {m.draft_model for m in members if m.kind == "draft-simple"}
+            drafts = {m.draft_model for m in members if m.kind in DRAFT_MODEL_KINDS}
             if len(drafts) > 1:
                 raise ValueError(f"{where}: one process loads one draft model; pick one")
             if sum(m.kind == "draft-mtp" for m in members) and drafts:

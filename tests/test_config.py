@@ -144,3 +144,40 @@ def test_an_engine_is_one_command_line_with_every_speculator(tmp_path: Path) -> 
     assert argv[argv.index("--spec-draft-model") + 1] == "/m/b.gguf"
     assert argv[argv.index("--spec-draft-n-max") + 1] == "6"
     assert argv.count("--model") == 1 and argv[argv.index("--alias") + 1] == "coder"
+
+
+def test_the_gpu_example_is_two_engines_each_one_process() -> None:
+    from proxy.backends.launch import LaunchSpec, engine_spec
+
+    settings = load_settings(Path(__file__).parent.parent / "deploy" / "gpu.yaml")
+    engines = settings.engines()
+    assert {name: [m.kind for m in ms] for name, ms in engines.items()} == {
+        "coder": ["plain", "draft-simple", "ngram", "draft-ngram"],
+        "gemma": ["plain", "draft-mtp"],
+    }
+    coder = [
+        LaunchSpec(
+            config=m,
+            binary=Path("/bin/llama-server"),
+            model_path=Path(str(m.model)),
+            draft_path=Path(m.draft_model) if m.draft_model else None,
+            our_build=True,
+        )
+        for m in engines["coder"]
+    ]
+    argv = engine_spec("coder", coder).argv("127.0.0.1", 9000)
+    # One copy of the target and of the draft, each speculator once.
+    assert argv.count("--model") == 1 and argv.count("--spec-draft-model") == 1
+    assert sorted(argv[argv.index("--spec-type") + 1].split(",")) == ["draft-simple", "ngram-mod"]
+
+
+def test_draft_ngram_drafts_with_both_and_needs_a_draft_model(tmp_path: Path) -> None:
+    settings = load_settings(
+        write(
+            tmp_path,
+            "backends:\n  - {name: both, kind: draft-ngram, model: a.gguf, draft_model: b.gguf}\n",
+        )
+    )
+    assert settings.backends[0].speculators == ["ngram-mod", "draft-simple"]
+    with pytest.raises(ConfigError, match="kind draft-ngram needs `draft_model`"):
+        load_settings(write(tmp_path, "backends:\n  - {name: b, kind: draft-ngram, model: a}\n"))

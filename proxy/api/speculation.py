@@ -68,7 +68,7 @@ def checked(fields: Mapping[str, Any], backend: Backend) -> dict[str, Any]:
         names = fields[TYPES]
         if isinstance(names, str):
             names = [n.strip() for n in names.split(",")]
-        loaded = [] if backend.spec_type is None else [backend.spec_type]
+        loaded = backend.spec.config.speculators
         if (
             not isinstance(names, list)
             or not names

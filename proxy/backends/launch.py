@@ -6,7 +6,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from proxy.config import BackendConfig, Settings
+from proxy.config import DRAFT_MODEL_KINDS, BackendConfig, Settings
 from proxy.gguf import GgufError, read_gguf_info, vocab_mismatch
 from proxy.provision.llama_server import ensure_llama_server
 from proxy.provision.models import resolve_model
@@ -48,9 +48,7 @@ def engine_spec(name: str, members: list[LaunchSpec]) -> LaunchSpec:
     its own)."""
     first = members[0]
     speculating = [m for m in members if m.config.spec_type is not None]
-    speculators = tuple(
-        dict.fromkeys(m.config.spec_type for m in speculating if m.config.spec_type)
-    )
+    speculators = tuple(dict.fromkeys(s for m in members for s in m.config.speculators))
     drafting = next((m for m in members if m.draft_path is not None), None)
     update: dict[str, object] = {"name": name, "engine": None}
     if drafting is not None:
@@ -151,7 +149,7 @@ def prepare_backend(cfg: BackendConfig, settings: Settings, binary: Path | None)
         draft_info = read_gguf_info(draft) if draft else None
     except (ProvisionError, GgufError) as exc:
         raise BackendConfigError(f"backend {cfg.name!r}: {exc}") from exc
-    if draft_info is not None and cfg.kind == "draft-simple":
+    if draft_info is not None and cfg.kind in DRAFT_MODEL_KINDS:
         why = vocab_mismatch(target_info, draft_info)
         if why:
             raise BackendConfigError(

@@ -29,10 +29,10 @@ class Strategy:
     @property
     def speculation(self) -> dict[str, Any]:
         """Its speculators alone, at its draft length; none at all for plain decoding."""
-        spec_type = self.spec.config.spec_type
-        if spec_type is None:
+        speculators = self.spec.config.speculators
+        if not speculators:
             return {"speculative.n_max": 0}
-        fields: dict[str, Any] = {"speculative.types": [spec_type]}
+        fields: dict[str, Any] = {"speculative.types": speculators}
         if self.spec.draft_path is not None:
             fields["speculative.n_max"] = self.spec.config.n_max
         return fields

@@ -27,8 +27,8 @@ def _label(cfg: BackendConfig) -> str:
         return "plain"
     if cfg.kind == "ngram":
         return cfg.ngram_variant
-    if cfg.kind == "draft-simple":
-        return f"draft-simple n-max {cfg.n_max}"
+    if cfg.kind in ("draft-simple", "draft-ngram"):
+        return f"{cfg.kind} n-max {cfg.n_max}"
     return f"draft-mtp n-max {cfg.n_max}"
 
 
