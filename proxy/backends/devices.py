@@ -111,6 +111,7 @@ class Device:
 
     def try_admit(self, backend: str) -> bool:
         """Admit a request for `backend` now if the device has room; never waits."""
+        backend = self.engine_of(backend)
         if not self.admits(backend):
             return False
         self._start(backend)
@@ -122,6 +123,7 @@ class Device:
         The check and the admission happen without a suspension point between them, so two
         requests arriving together cannot both see room that only one of them has.
         """
+        backend = self.engine_of(backend)
         if self.try_admit(backend):
             return 0.0
         admitted = asyncio.get_running_loop().create_future()
@@ -144,6 +146,7 @@ class Device:
 
     def release(self, backend: str) -> None:
         """One request for `backend` no longer decodes; admit whoever now fits."""
+        backend = self.engine_of(backend)
         left = self._running[backend] - 1
         if left:
             self._running[backend] = left
