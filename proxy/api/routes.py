@@ -297,13 +297,14 @@ async def _serve(request: web.Request, surface: Surface, exchange: Exchange) -> 
     raw = await request.read()
     exchange.body_wait_s = time.monotonic() - reading
     _parse(app, surface, raw, exchange)
+    # Refused before any wait for room: a bad setting is the client's to fix at once.
+    client_speculation = _client_speculation(app, exchange)
     # The body as llama-server takes it (a client's shape adjusted), made once.
     shaped = surface.upstream(exchange.body)
     _classify(app, surface, request.headers, shaped, exchange)
     fit = await _backends_that_fit(app, surface, shaped, len(raw), exchange.model)
     exchange.fit_wait_s = fit.waited_s
     body = _upstream_body(surface, exchange.body, shaped)
-    client_speculation = _client_speculation(app, exchange)
     budget = answer_budget(exchange.body)
     # An unreachable backend received nothing, so an unpinned request may try one other.
     for attempt in (1, 2):
