@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import openai
 import pytest
 
+from proxy.api.relay import Upstream, connection_reuse_trace
 from tests.inprocess import fast_proxy
 
 HELLO = [{"role": "user", "content": "Say hello."}]
@@ -253,47 +256,33 @@ class ClosingServer:
         self.server.close()
 
 
-async def _sessions() -> tuple[aiohttp.ClientSession, aiohttp.ClientSession]:
-    from proxy.api.relay import connection_reuse_trace
-
-    pooled = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=0), trace_configs=[connection_reuse_trace()]
-    )
-    fresh = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True))
-    return pooled, fresh
+@contextlib.asynccontextmanager
+async def _upstream() -> AsyncIterator[Upstream]:
+    """The relay's two sessions as the app makes them: pooled (with the reuse trace), fresh."""
+    async with (
+        aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0), trace_configs=[connection_reuse_trace()]
+        ) as pooled,
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True)) as fresh,
+    ):
+        yield Upstream(pooled=pooled, fresh=fresh)
 
 
 async def test_a_pooled_connection_the_server_closed_is_retried_once_on_a_new_one() -> None:
-    from proxy.api.relay import Upstream
-
-    pooled, fresh = await _sessions()
     server = ClosingServer(answered=1)
-    try:
-        async with server as url:
-            upstream = Upstream(pooled=pooled, fresh=fresh)
-            for _ in range(2):
-                resp = await upstream.post(url, {"prompt": "hi"}, reuse=True)
-                assert resp.status == 200 and (await resp.json())["content"] == "ok"
-    finally:
-        await pooled.close()
-        await fresh.close()
+    async with server as url, _upstream() as upstream:
+        for _ in range(2):
+            resp = await upstream.post(url, {"prompt": "hi"}, reuse=True)
+            assert resp.status == 200 and (await resp.json())["content"] == "ok"
     # The second request met the closed connection, then went out once more on a new one.
     assert (server.requests, server.connections) == (3, 2)
 
 
 async def test_a_new_connection_that_fails_is_not_sent_again() -> None:
-    from proxy.api.relay import Upstream
-
-    pooled, fresh = await _sessions()
     server = ClosingServer(answered=0)
-    try:
-        async with server as url:
-            upstream = Upstream(pooled=pooled, fresh=fresh)
-            with pytest.raises(aiohttp.ServerDisconnectedError):
-                await upstream.post(url, {"prompt": "hi"}, reuse=True)
-    finally:
-        await pooled.close()
-        await fresh.close()
+    async with server as url, _upstream() as upstream:
+        with pytest.raises(aiohttp.ServerDisconnectedError):
+            await upstream.post(url, {"prompt": "hi"}, reuse=True)
     # The server may have received it: a request is never sent twice unless its connection
     # was an old one.
     assert (server.requests, server.connections) == (1, 1)
