@@ -110,6 +110,12 @@ class BackendConfig(BaseModel):
         "of the weights, one batch, one prompt cache; each request carries its backend's "
         "speculation. They must agree on everything but kind and the draft settings",
     )
+    specproxy_build: bool = Field(
+        default=False,
+        description="for `url` / `urls`: the servers run specproxy's own llama-server build "
+        "(its container image does), so connections to them are kept and a client may set "
+        "speculation per request (a backend the proxy starts: read from its binary)",
+    )
     url: str | None = Field(default=None, description="an already running llama-server")
     urls: list[str] | None = Field(
         default=None,
@@ -422,12 +428,6 @@ class Settings(BaseSettings):
                 raise ValueError(f"{where}: an engine may not take a backend's name")
             if any(not m.supervised for m in members):
                 raise ValueError(f"{where}: only backends the proxy starts (`model`) share one")
-            if self.llama_server is not None:
-                raise ValueError(
-                    f"{where}: sharing a process needs specproxy's own llama-server build "
-                    "(per-request speculation); unset `llama_server` or give each backend its "
-                    "own process"
-                )
             for field in ENGINE_FIELDS:
                 values = {json.dumps(getattr(m, field), sort_keys=True) for m in members}
                 if len(values) > 1:

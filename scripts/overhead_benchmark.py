@@ -556,6 +556,8 @@ class Bench:
             "backends:\n"
             f"  - name: {BACKEND}\n"
             f"    url: http://127.0.0.1:{upstream_port}\n"
+            # The stub keeps connections as specproxy's build does: the relay pools them.
+            "    specproxy_build: true\n"
             "    max_concurrency: 100000\n"
         )
         log = self.work / f"specproxy-{tag}.log"

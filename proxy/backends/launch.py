@@ -11,6 +11,7 @@ from proxy.gguf import GgufError, read_gguf_info, vocab_mismatch
 from proxy.provision.llama_server import ensure_llama_server
 from proxy.provision.models import resolve_model
 from proxy.provision.pypi import ProvisionError
+from proxy.provision.source_fixes import is_specproxy_build
 
 
 class BackendConfigError(Exception):
@@ -135,7 +136,7 @@ def prepare_backend(cfg: BackendConfig, settings: Settings, binary: Path | None)
     """Resolve models and check them (GGUF, vocabularies, MTP head) before anything starts."""
     if not cfg.supervised:
         # The first replica: what `specproxy bench` measures; the proxy uses every one.
-        return LaunchSpec(config=cfg, url=cfg.replica_urls[0])
+        return LaunchSpec(config=cfg, url=cfg.replica_urls[0], our_build=cfg.specproxy_build)
     assert cfg.model is not None and binary is not None
     models_dir = settings.cache_dir / "models"
     try:
@@ -170,7 +171,7 @@ def prepare_backend(cfg: BackendConfig, settings: Settings, binary: Path | None)
         model_path=model,
         draft_path=draft,
         architecture=target_info.architecture,
-        our_build=settings.llama_server is None,
+        our_build=is_specproxy_build(binary),
     )
 
 
@@ -184,4 +185,11 @@ def prepare_backends(settings: Settings) -> list[LaunchSpec]:
             )
         except ProvisionError as exc:
             raise BackendConfigError(str(exc)) from exc
+    engines = settings.engines()
+    if engines and binary is not None and not is_specproxy_build(binary):
+        raise BackendConfigError(
+            f"engine {next(iter(engines))!r}: backends share one process only on specproxy's "
+            f"own llama-server build (per-request speculation), and {binary} is another; unset "
+            "`llama_server` (SPECPROXY_LLAMA_SERVER) or give each backend its own process"
+        )
     return [prepare_backend(b, settings, binary) for b in settings.backends]

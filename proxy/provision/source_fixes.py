@@ -7,6 +7,7 @@ version that moves the code fails the build loudly instead of building without t
 from __future__ import annotations
 
 import hashlib
+import mmap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,7 +92,8 @@ PER_REQUEST_SCHEMA = SourceFix(
         "server's\"));\n"
         "\n"
         '    add((new field_json("speculative.types"))\n'
-        '        ->set_desc("Speculators that may draft for this request (default: all loaded)")\n'
+        '        ->set_desc("Speculators that may draft for this request (default: all loaded; '
+        'specproxy build)")\n'
         "        ->set_handler([&](field_eval_context & ctx, const json & data) {\n"
         '            const auto & value = data.at("speculative.types");\n'
         "            std::vector<std::string> names;\n"
@@ -215,6 +217,9 @@ KEEP_ALIVE_AFTER_STREAM = SourceFix(
         "            return true;\n"
     ),
 )
+# Text only a binary built with these fixes holds (the request field's description above): how a
+# llama-server is known to be specproxy's build, wherever it came from (the cache, the image).
+BUILD_MARKER = b"default: all loaded; specproxy build"
 FIXES: tuple[SourceFix, ...] = (
     CANCEL_WHEN_BUSY,
     CANCEL_WHEN_BUSY_WAIT,
@@ -251,3 +256,12 @@ def apply_fixes(source: Path) -> None:
                 "update proxy/provision/source_fixes.py for the pinned llama.cpp version"
             )
         path.write_text(text.replace(fix.old, fix.new))
+
+
+def is_specproxy_build(binary: Path) -> bool:
+    """Whether a llama-server binary was built with these fixes (it holds BUILD_MARKER)."""
+    try:
+        with binary.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return data.find(BUILD_MARKER) >= 0
+    except (OSError, ValueError):
+        return False
