@@ -229,6 +229,16 @@ class BackendConfig(BaseModel):
         return [self.url] if self.url is not None else list(self.urls or [])
 
 
+# The model names coding agents send when nobody configured one (Claude Code: claude-opus-4-8,
+# Codex: gpt-5.x, Qwen Code: qwen3-coder-plus, ...): served by auto unless a config says else.
+AGENT_MODEL_ALIASES: dict[str, str] = {
+    "claude-*": "auto",
+    "gpt-*": "auto",
+    "o[0-9]*": "auto",
+    "codex-*": "auto",
+    "qwen*": "auto",
+}
+
 # What one llama-server process is: backends sharing an engine must agree on all of it.
 ENGINE_FIELDS = (
     "model",
@@ -365,9 +375,10 @@ class Settings(BaseSettings):
     )
 
     model_aliases: dict[str, str] = Field(
-        default_factory=dict,
+        default_factory=lambda: dict(AGENT_MODEL_ALIASES),
         description="model names clients send (exact or glob like `claude-*`) -> auto, "
-        "auto-<task> or a backend name (env: JSON object)",
+        "auto-<task> or a backend name (env: JSON object); a config that sets it replaces the "
+        "agents' names served by auto by default",
     )
 
     api_keys: list[SecretStr] = Field(

@@ -19,10 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from loadtests import agents
-from proxy.config import DEFAULT_CONFIG
 from tests.conftest import ROOT, RunningProxy, get_json, start_proxy
 from tests.helpers import wait_until
 
@@ -32,24 +30,19 @@ AGENT_CONFIG = ROOT / "tests" / "configs" / "agents.yaml"
 RUN_TIMEOUT_S = 1200.0
 
 
-def agent_config(root: Path) -> Path:
-    """The agent config with the embedded default's aliases, written under root."""
+def agent_config() -> Path:
+    """The agent config: it sets no model_aliases, so the agents' own names are served by the
+    code's default ones, as for any user's config."""
     if not agents.installed():
         pytest.fail("agents are not installed: run scripts/install-agents.sh (make test does)")
-    config = yaml.safe_load(AGENT_CONFIG.read_text())
-    config["model_aliases"] = yaml.safe_load(DEFAULT_CONFIG.read_text())["model_aliases"]
-    path = root / "agents.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
+    return AGENT_CONFIG
 
 
 @pytest.fixture(scope="module")
 def agent_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProxy]:
     """The proxy on the agent config, with the embedded default's aliases."""
     root = tmp_path_factory.mktemp("agents")
-    running = start_proxy(
-        agent_config(root), root / "proxy.log", SPECPROXY_CALIBRATION_REQUESTS="0"
-    )
+    running = start_proxy(agent_config(), root / "proxy.log", SPECPROXY_CALIBRATION_REQUESTS="0")
     try:
         running.wait_ready()
         yield running
@@ -194,7 +187,7 @@ def recording_proxy(tmp_path: Path) -> Iterator[RunningProxy]:
     """The agent proxy with request bodies in its log, to tell an agent's turns from its side
     requests (a test's own proxy: bodies are never logged by default)."""
     running = start_proxy(
-        agent_config(tmp_path),
+        agent_config(),
         tmp_path / "proxy.log",
         SPECPROXY_CALIBRATION_REQUESTS="0",
         SPECPROXY_LOG_PROMPTS="true",

@@ -181,3 +181,15 @@ def test_draft_ngram_drafts_with_both_and_needs_a_draft_model(tmp_path: Path) ->
     assert settings.backends[0].speculators == ["ngram-mod", "draft-simple"]
     with pytest.raises(ConfigError, match="kind draft-ngram needs `draft_model`"):
         load_settings(write(tmp_path, "backends:\n  - {name: b, kind: draft-ngram, model: a}\n"))
+
+
+def test_a_config_without_aliases_still_serves_the_agents_names(tmp_path: Path) -> None:
+    bare = load_settings(write(tmp_path, "backends:\n  - {name: a, model: m}\n"))
+    aliases = ModelAliases(bare.model_aliases)
+    for name in ("claude-opus-4-8", "gpt-5.2-codex", "o4-mini", "qwen3-coder-plus"):
+        assert aliases.resolve(name) == "auto", name
+    own = load_settings(
+        write(tmp_path, "model_aliases: {gpt-4o: a}\nbackends:\n  - {name: a, model: m}\n")
+    )
+    # A config's own aliases replace the default's.
+    assert ModelAliases(own.model_aliases).resolve("claude-opus-4-8") is None
