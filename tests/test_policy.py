@@ -11,7 +11,13 @@ from dataclasses import dataclass, field
 import pytest
 
 from proxy.backends.devices import Device
-from proxy.routing.policy import RouteChoice, RoutePolicy, break_even_acceptance, speedup
+from proxy.routing.policy import (
+    RequestCost,
+    RouteChoice,
+    RoutePolicy,
+    break_even_acceptance,
+    speedup,
+)
 from proxy.routing.scoreboard import Outcome, Scoreboard, load_level
 
 
@@ -392,3 +398,20 @@ def test_an_answer_weighs_as_much_as_the_time_it_took() -> None:
     assert est is not None and est.tokens_per_s == pytest.approx(440 / (4 + 400 / 30))
     board.record(Outcome("ngram", "echo", 1, 0.0, None, 64, 0, 0))  # no rate: not a sample
     assert board.get("ngram", "echo", 1).samples == 2  # type: ignore[union-attr]
+
+
+def test_a_sessions_first_turn_compares_backends_at_a_level_all_were_measured_at() -> None:
+    # Seen in the session benchmark: plain measured at two streams while another session's
+    # prompt shared its batch (1.3 t/s), draft never measured at two; weighing the session's
+    # classes at "the nearest level" set draft's one-stream speed against plain's busy one and
+    # sent both sessions to draft, the slowest backend on this CPU.
+    board = Scoreboard()
+    for _ in range(3):
+        for task in ("code", "echo"):
+            measure(board, "plain", task, 20.0)
+            measure(board, "plain", task, 1.3, level=2)
+            measure(board, "draft", task, 13.0, accepted=60, draft_n=80)
+    backends = shared(Backend("plain", in_flight=1), Backend("draft", spec_type="draft-simple"))
+    first_turn = RequestCost(prompt_tokens=2800, agent="change")
+    choice = RoutePolicy(board, explore_share=0.0).choose("code", backends, first_turn)
+    assert choice is not None and choice.backend == "plain"

@@ -171,15 +171,8 @@ class RoutePolicy:
         def cheap_to_move(b: RoutableBackend) -> bool:
             return cost.uncached(b.name) - cheapest <= CHEAP_MOVE_TOKENS
 
-        # Backends that would run at the same load are compared at a level all of them were
-        # measured at: one known only alone (17 t/s) against another measured at two streams
-        # (9 t/s) says nothing about which is faster at two.
         board = self.scoreboard
-        common: dict[int, set[int]] = {}
-        for b in ready:
-            measured = board.measured_levels(b.name, task)
-            level = levels[b.name]
-            common[level] = common[level] & measured if level in common else measured
+        common = self._comparable(task, ready, levels)
         estimates: dict[str, Estimate] = {}
         for b in ready:
             est = board.nearest(b.name, task, levels[b.name], common[levels[b.name]] or None)
@@ -204,7 +197,7 @@ class RoutePolicy:
         def seconds(b: RoutableBackend) -> float:
             # Speculation must win by more than the noise: its speed swings with how
             # predictable each prompt is, and a rejected draft costs compute the device shares.
-            per_token = sum(share / self._speed(b, c, levels, estimates) for c, share in mix)
+            per_token = sum(share / self._speed(b, c, levels, estimates, ready) for c, share in mix)
             if plain and b.spec_type:
                 per_token *= 1 + self.speculation_margin
             return cost.uncached(b.name) / prompt_tps[b.name] + answer * per_token
@@ -303,19 +296,37 @@ class RoutePolicy:
             reason = "within_margin"
         return RouteChoice(best.name, reason, levels[best.name])
 
+    def _comparable(
+        self, task: str, ready: Sequence[RoutableBackend], levels: Mapping[str, int]
+    ) -> dict[int, set[int]]:
+        """Per load level, the levels every ready backend running at it was measured at.
+
+        Backends that would run at the same load are compared at a level all of them were
+        measured at: one known only alone (17 t/s) against another measured at two streams
+        (9 t/s) says nothing about which is faster at two.
+        """
+        common: dict[int, set[int]] = {}
+        for b in ready:
+            measured = self.scoreboard.measured_levels(b.name, task)
+            level = levels[b.name]
+            common[level] = common[level] & measured if level in common else measured
+        return common
+
     def _speed(
         self,
         b: RoutableBackend,
         task: str,
         levels: Mapping[str, int],
         estimates: dict[str, Estimate],
+        ready: Sequence[RoutableBackend],
     ) -> float:
-        """Decode tokens/s of `b` for a class, from this request's estimate where it is its own."""
-        est = (
-            estimates[b.name]
-            if task == ""
-            else self.scoreboard.nearest(b.name, task, levels[b.name])
-        )
+        """Decode tokens/s of `b` for a class, from this request's estimate where it is its own,
+        else at a level every backend it is compared with was measured at, as for its own."""
+        if task == "":
+            est: Estimate | None = estimates[b.name]
+        else:
+            among = self._comparable(task, ready, levels)[levels[b.name]] or None
+            est = self.scoreboard.nearest(b.name, task, levels[b.name], among)
         return max(est.tokens_per_s if est is not None else 0.0, 1e-9)
 
     @staticmethod
