@@ -78,8 +78,11 @@ class Exchange:
     route: Route | None = None
     # admit
     admission: Admission | None = None
-    # Seconds from asking the backend for a slot to holding it (the device and the queue).
+    # Seconds from asking the backend for a slot to holding it (the device and the queue), over
+    # every attempt.
     admit_wait_s: float = 0.0
+    # Seconds earlier attempts waited on a backend that then failed (its connect, above all).
+    failed_attempts_wait_s: float = 0.0
     # Requests decoding at once on its device, on average over its hold (itself included).
     mean_load: float | None = None
     # relay: the upstream's answer, and whether other programs took a good share of the
@@ -91,11 +94,19 @@ class Exchange:
     # outcome: the status the client got (499 when it left before the answer)
     status: int = 0
 
+    def retry(self) -> None:
+        """Start another attempt at the relay: what the last one waited stays waited."""
+        if self.upstream is not None:
+            self.failed_attempts_wait_s += self.upstream.waited_s
+        self.upstream, self.admission, self.mean_load = None, None, None
+
     def own_s(self, now: float) -> float:
         """Seconds the proxy itself spent on the request: all of it but the waits on others
         (the client's body, token counting, room, device and slot, the backend, the client
         taking the answer)."""
-        waited = self.body_wait_s + self.fit_wait_s + self.admit_wait_s
+        waited = (
+            self.body_wait_s + self.fit_wait_s + self.admit_wait_s + self.failed_attempts_wait_s
+        )
         if self.upstream is not None:
             waited += self.upstream.waited_s
         return max(now - self.started - waited, 0.0)

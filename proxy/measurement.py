@@ -32,6 +32,9 @@ class Measurement:
     # Seconds the relay spent waiting on others: the backend (connecting, its answer) and the
     # client (taking what was written). The rest of the relay's time is the proxy's own.
     waited_s: float = 0.0
+    # Whether the connection failed (refused, reset): the one failure that says the server may
+    # be gone. A bad answer or a slow connect does not; health checks decide the rest.
+    connection_lost: bool = False
 
     async def waiting(self, step: Awaitable[T]) -> T:
         """Await a step that waits on the backend or the client, its time counted as waited."""

@@ -69,13 +69,18 @@ class StreamTally:
         self.timings_line = b""
         self.usage_lines: list[bytes] = []
         self.deltas = 0
+        # The first `data:` line that cannot be JSON; checked by its end, not parsed, to keep
+        # the relay loop cheap: a cut or garbled line does not end with its closing brace.
+        self.malformed: bytes | None = None
         self._lines = SseSplitter()
 
     def scan(self, chunk: bytes) -> None:
         """Look at the complete lines of a chunk; an incomplete last line waits for the next."""
         for line in self._lines.feed(chunk):
             if line.startswith(b"data: {"):
-                if b'"timings"' in line:
+                if not line.rstrip().endswith(b"}"):
+                    self.malformed = self.malformed or line
+                elif b'"timings"' in line:
                     self.timings_line = line
                 elif b'"usage"' in line:
                     self.usage_lines = [*self.usage_lines[-_USAGE_LINES_KEPT + 1 :], line]

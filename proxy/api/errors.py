@@ -4,6 +4,7 @@ events, llama-server's errors read back, and a middleware that renders every fai
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -12,6 +13,8 @@ from aiohttp import web
 from proxy.log import get_logger
 
 log = get_logger("api")
+# Where the error middleware keeps the request's id for the handler (the request's own storage).
+REQUEST_ID = web.RequestKey("request_id", str)
 _TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -135,6 +138,16 @@ async def openai_errors(request: web.Request, handler: Handler) -> web.StreamRes
     Paths of the Anthropic Messages API get Anthropic's shape, with the same status codes.
     """
     shape = is_anthropic_path(request.path)
+    # Named here, before anything can fail, so every answer carries it: errors included.
+    request_id = request[REQUEST_ID] = request.headers.get("X-Request-Id") or uuid.uuid4().hex[:16]
+    response = await _rendered(request, handler, shape)
+    if not response.prepared:  # a stream sent its headers, the id among them, when it began
+        response.headers.setdefault("X-Request-Id", request_id)
+    return response
+
+
+async def _rendered(request: web.Request, handler: Handler, shape: bool) -> web.StreamResponse:
+    """The handler's response, or its error in the API's shape."""
     try:
         return await handler(request)
     except ApiError as exc:

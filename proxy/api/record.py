@@ -68,7 +68,6 @@ def _log(app: web.Application, exchange: Exchange, outcome: Outcome, timings: Ti
     generates = exchange.generates
     mapped = exchange.model
     requested = exchange.requested_model
-    status = 499 if upstream.error == CLIENT_GONE else exchange.status or upstream.status
     log.info(
         "request",
         request_id=exchange.request_id,
@@ -82,7 +81,7 @@ def _log(app: web.Application, exchange: Exchange, outcome: Outcome, timings: Ti
         # Not `level`: that key is the log line's severity.
         load_level=route.level if exchange.task is not None else None,
         mean_load=round(exchange.mean_load, 2) if exchange.mean_load is not None else None,
-        status=status,
+        status=exchange.status,
         stream=bool(exchange.body.get("stream")),
         tokens=outcome.predicted_n if generates else None,
         tokens_per_s=round(outcome.tokens_per_s, 1) if outcome.tokens_per_s else None,

@@ -84,6 +84,15 @@ def _upstream_down(backend: str, exc: BaseException) -> ApiError:
     )
 
 
+def _malformed(backend: str, line: bytes) -> ApiError:
+    return ApiError(
+        502,
+        f"backend {backend!r} sent an event that is not JSON ({line[:80]!r}); the request "
+        "was ended, the backend stays in service: retry",
+        code="upstream_error",
+    )
+
+
 def _timed_out(backend: str, what: str) -> ApiError:
     return ApiError(
         504,
@@ -154,10 +163,12 @@ async def relay(
     except TimeoutError:
         raise _timed_out(backend, f"sent nothing within {wait:g} s") from None
     except aiohttp.ClientConnectorError as exc:
+        measured.connection_lost = True
         raise ApiError(
             502, f"backend {backend!r} is unreachable: {exc}", code="backend_unreachable"
         ) from exc
     except aiohttp.ClientError as exc:
+        measured.connection_lost = True
         raise _upstream_down(backend, exc) from exc
     response: web.StreamResponse
     try:
@@ -219,6 +230,7 @@ async def _relay_whole(
     except TimeoutError:
         raise _timed_out(backend, f"did not finish within {limit_s:g} s") from None
     except aiohttp.ClientError as exc:
+        measured.connection_lost = True
         raise _upstream_down(backend, exc) from exc
     try:
         data = json.loads(raw)
@@ -262,7 +274,8 @@ async def _relay_assembled(
                 for line in lines.feed(chunk):
                     event = data_of(line)
                     if event is None and line.startswith(b"data: {"):
-                        raise _upstream_down(backend, ValueError(f"malformed event {line[:80]!r}"))
+                        measured.status = 502
+                        raise _malformed(backend, line)
                     if isinstance(event, dict) and "error" in event:
                         # An error after the stream began: the whole answer is that error.
                         measured.status = 500
@@ -275,6 +288,7 @@ async def _relay_assembled(
     except TimeoutError:
         raise _timed_out(backend, f"did not finish within {limit_s:g} s") from None
     except aiohttp.ClientError as exc:
+        measured.connection_lost = True
         raise _upstream_down(backend, exc) from exc
     answer = assembler.answer()
     measured.tally = None
@@ -354,6 +368,11 @@ async def _pump(
                 measured.ttft_s = time.monotonic() - start
             # Counted before it is written: a client that leaves now still leaves it generated.
             tally.scan(chunk)
+            if tally.malformed is not None:
+                bad = _malformed(backend, tally.malformed)
+                measured.status, measured.error = 502, bad.message
+                await measured.waiting(response.write(rewriter.fail(bad)))
+                break
             out = rewriter.feed(chunk)
             if out:
                 await measured.waiting(response.write(out))
@@ -364,6 +383,7 @@ async def _pump(
     except aiohttp.ClientError as exc:
         measured.error = f"{exc.__class__.__name__}: {exc}"
         measured.status = 502
+        measured.connection_lost = True
         failed = ApiError(502, f"backend {backend!r} failed mid-stream: {exc}", "upstream_error")
         try:
             await measured.waiting(response.write(rewriter.fail(failed)))

@@ -22,7 +22,7 @@ from proxy.api.context_fit import (
     may_overflow,
     too_long,
 )
-from proxy.api.errors import ApiError
+from proxy.api.errors import REQUEST_ID, ApiError
 from proxy.api.record import record
 from proxy.api.relay import RelayTimeouts, relay
 from proxy.api.state import CPU, METRICS, POOL, ROUTER, SESSION, SETTINGS, UPSTREAM
@@ -31,7 +31,7 @@ from proxy.api.surfaces import SURFACES, Surface
 from proxy.backends.backend import Backend, BackendSaturatedError, SlotUse
 from proxy.exchange import Admission, Exchange, Prompt, Route
 from proxy.log import get_logger
-from proxy.measurement import Measurement
+from proxy.measurement import CLIENT_GONE, Measurement
 from proxy.metrics import CONTENT_TYPE
 from proxy.routing.agent_turns import session_intent
 from proxy.routing.policy import RequestCost
@@ -70,12 +70,15 @@ async def _complete(request: web.Request, surface: Surface) -> web.StreamRespons
     """Serve one request and record it exactly once, errors included."""
     exchange = Exchange(
         surface.endpoint,
-        request.headers.get("X-Request-Id") or uuid.uuid4().hex[:16],
+        request.get(REQUEST_ID) or uuid.uuid4().hex[:16],
         generates=surface.generates,
     )
     try:
         response = await _serve(request, surface, exchange)
-        exchange.status = exchange.upstream.status if exchange.upstream is not None else 200
+        upstream = exchange.upstream
+        # A client that left before the end got no answer, however the relay returned.
+        gone = upstream is not None and upstream.error == CLIENT_GONE and not exchange.answered
+        exchange.status = 499 if gone else upstream.status if upstream is not None else 200
         return response
     except (ApiError, web.HTTPException) as exc:
         exchange.status = exc.status
@@ -339,8 +342,8 @@ async def _admit_and_relay(
         body = {**body, "model": backend.name}
     # The metrics hold it from the start: a request cancelled mid-stream still counts what
     # it generated.
+    exchange.retry()
     upstream = exchange.upstream = Measurement()
-    exchange.admission, exchange.mean_load = None, None
     if surface.uses_slot:
         hold = backend.slot(fit.tokens, route.cached.worth_following, lambda: upstream.settled)
     else:
@@ -357,7 +360,7 @@ async def _admit_and_relay(
     asked = time.monotonic()
     try:
         async with hold as use:
-            exchange.admit_wait_s = time.monotonic() - asked
+            exchange.admit_wait_s += time.monotonic() - asked
             admission = exchange.admission = Admission.of(use, backend.limit)
             target = admission.placement.url
             headers["X-Specproxy-Device"] = admission.device
@@ -385,15 +388,13 @@ async def _admit_and_relay(
             code="backend_saturated",
             headers={"Retry-After": "1"},
         ) from None
-    except ApiError as exc:
-        if exc.status == 502:
-            backend.mark_down(target)
-        raise
     finally:
         if use is not None:
             exchange.mean_load = use.mean_load
-    if upstream.status == 502:  # failed mid-stream
-        backend.mark_down(target)
+        # Only a lost connection says the server may be gone, and only until its health check
+        # says otherwise; a bad answer or a slow connect is this request's failure alone.
+        if upstream.connection_lost:
+            backend.mark_down(target)
     return response
 
 
