@@ -8,16 +8,20 @@ CONFIG ?=
 PYTEST_ARGS ?=
 SPECPROXY := $(BIN)/specproxy $(if $(CONFIG),--config $(CONFIG),)
 
-.PHONY: serve test test-fast provision system-deps lint bench clean
+.PHONY: serve test test-fast provision system-deps test-deps lint bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
 	@touch $@
 
-# Build tools for llama-server and the Prometheus server the metric tests scrape with.
+# Build tools for llama-server: all that serving needs.
 system-deps:
-	@./scripts/system-deps.sh
+	@./scripts/system-deps.sh serve
+
+# And what the tests drive: Prometheus, podman, chromium, Node.js and npm for the agents.
+test-deps:
+	@./scripts/system-deps.sh test
 
 provision: $(STAMP) system-deps
 	$(SPECPROXY) provision
@@ -25,7 +29,7 @@ provision: $(STAMP) system-deps
 serve: provision
 	$(SPECPROXY) serve
 
-test: $(STAMP) system-deps
+test: $(STAMP) test-deps
 	$(BIN)/specproxy --config tests/configs/test.yaml provision qwen2.5-coder-0.5b
 	./scripts/install-agents.sh
 	$(BIN)/pytest -ra $(PYTEST_ARGS)

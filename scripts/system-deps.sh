@@ -1,10 +1,19 @@
 #!/usr/bin/env bash
-# Installs, once, the Debian packages provisioning and tests need: build tools, Prometheus, and
-# podman, runc and debootstrap for the container image tests, chromium for the status page test.
+# Installs, once, the Debian packages a purpose needs, only those missing:
+#   serve  what building and running llama-server needs (cmake, g++, ninja, ccache)
+#   test   that, and what the tests drive: Prometheus, podman, runc, debootstrap and buildah for
+#          the container image tests, chromium for the status page, Node.js and npm for the agents
 set -euo pipefail
+purpose="${1:-serve}"
+pairs=(cmake:cmake g++:g++ ninja:ninja-build ccache:ccache)
+case "$purpose" in
+  serve) ;;
+  test) pairs+=(prometheus:prometheus podman:podman runc:runc debootstrap:debootstrap
+                chromium:chromium node:nodejs npm:npm) ;;
+  *) echo "usage: $0 serve|test" >&2; exit 2 ;;
+esac
 need=()
-for pair in cmake:cmake g++:g++ ninja:ninja-build ccache:ccache prometheus:prometheus \
-  podman:podman runc:runc debootstrap:debootstrap chromium:chromium; do
+for pair in "${pairs[@]}"; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair##*:}")
 done
 [ ${#need[@]} -eq 0 ] && exit 0
@@ -18,6 +27,6 @@ if ! command -v apt-get >/dev/null 2>&1; then
 fi
 sudo=""
 [ "$(id -u)" -ne 0 ] && sudo="sudo"
-echo "[specproxy] installing Debian packages: ${need[*]}" >&2
+echo "[specproxy] installing Debian packages for $purpose: ${need[*]}" >&2
 $sudo apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

@@ -45,10 +45,10 @@ def podman(
 
 
 def require_podman() -> None:
-    """Skip, saying what to install, where podman is missing (scripts/system-deps.sh has it)."""
+    """Skip, saying what to install, where podman is missing (system-deps.sh test has it)."""
     missing = [t for t in ("podman", "runc", "debootstrap") if shutil.which(t) is None]
     if missing:
-        pytest.skip(f"{', '.join(missing)} not installed: run scripts/system-deps.sh (Debian)")
+        pytest.skip(f"{', '.join(missing)} not installed: run scripts/system-deps.sh test (Debian)")
 
 
 def ca_mount() -> list[str]:

@@ -76,7 +76,9 @@ COUNTER_PAIRS = (
 def _binary(name: str) -> str:
     path = shutil.which(name)
     if path is None:
-        pytest.fail(f"{name} is not installed; run ./scripts/system-deps.sh (`make test` does)")
+        pytest.fail(
+            f"{name} is not installed; run ./scripts/system-deps.sh test (`make test` does)"
+        )
     return path
 
 

@@ -72,7 +72,9 @@ async def test_the_page_shows_every_backend_and_the_last_requests_without_their_
 def _chromium() -> str:
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if found is None:
-        pytest.fail("chromium is not installed; run ./scripts/system-deps.sh (`make test` does)")
+        pytest.fail(
+            "chromium is not installed; run ./scripts/system-deps.sh test (`make test` does)"
+        )
     return found
 
 
