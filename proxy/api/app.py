@@ -15,7 +15,17 @@ from proxy.api.errors import openai_errors
 from proxy.api.recent import RecentRequests
 from proxy.api.relay import Upstream, connection_reuse_trace
 from proxy.api.routes import add_routes
-from proxy.api.state import CPU, METRICS, POOL, RECENT, ROUTER, SESSION, SETTINGS, UPSTREAM
+from proxy.api.state import (
+    CPU,
+    METRICS,
+    POOL,
+    RECENT,
+    ROUTER,
+    SESSION,
+    SETTINGS,
+    TRAFFIC,
+    UPSTREAM,
+)
 from proxy.api.surfaces import SURFACES
 from proxy.backends.contention import CpuMeter
 from proxy.backends.discovery import Resolver
@@ -30,6 +40,7 @@ from proxy.routing.classifier import TaskClassifier
 from proxy.routing.policy import RoutePolicy
 from proxy.routing.router import Router
 from proxy.routing.scoreboard import Scoreboard
+from proxy.traffic import UserTraffic
 
 _SAVE_EVERY_S = 30.0
 log = get_logger("specproxy")
@@ -56,6 +67,7 @@ def build_app(
     # The proxy's own llama-servers are not "other programs" to the contention meter.
     app[CPU] = CpuMeter(lambda: [b.pid for b in app[POOL]] if POOL in app else [])
     app[RECENT] = RecentRequests()
+    app[TRAFFIC] = UserTraffic()
     app[METRICS] = ProxyMetrics(
         {s.config.name: s.config.spec_type for s in specs},
         scoreboard,
@@ -118,6 +130,7 @@ async def _keep_measured(
             scoreboard,
             app[SESSION],
             app[CPU],
+            app[TRAFFIC],
             settings.calibration_requests,
             settings.calibration_max_tokens,
             settings.calibration_prompts,

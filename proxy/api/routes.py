@@ -25,7 +25,7 @@ from proxy.api.context_fit import (
 from proxy.api.errors import REQUEST_ID, ApiError
 from proxy.api.record import record
 from proxy.api.relay import RelayTimeouts, relay
-from proxy.api.state import CPU, METRICS, POOL, ROUTER, SESSION, SETTINGS, UPSTREAM
+from proxy.api.state import CPU, METRICS, POOL, ROUTER, SESSION, SETTINGS, TRAFFIC, UPSTREAM
 from proxy.api.status_page import status_live, status_page
 from proxy.api.surfaces import SURFACES, Surface
 from proxy.backends.backend import Backend, BackendSaturatedError, SlotUse
@@ -74,7 +74,8 @@ async def _complete(request: web.Request, surface: Surface) -> web.StreamRespons
         generates=surface.generates,
     )
     try:
-        response = await _serve(request, surface, exchange)
+        with request.app[TRAFFIC].request():
+            response = await _serve(request, surface, exchange)
         upstream = exchange.upstream
         # A client that left before the end got no answer, however the relay returned.
         gone = upstream is not None and upstream.error == CLIENT_GONE and not exchange.answered

@@ -12,6 +12,7 @@ from proxy.backends.pool import BackendPool
 from proxy.config import Settings
 from proxy.metrics import ProxyMetrics
 from proxy.routing.router import Router
+from proxy.traffic import UserTraffic
 
 SETTINGS = web.AppKey("settings", Settings)
 POOL = web.AppKey("pool", BackendPool)
@@ -21,3 +22,4 @@ UPSTREAM = web.AppKey("upstream", Upstream)
 METRICS = web.AppKey("metrics", ProxyMetrics)
 CPU = web.AppKey("cpu", CpuMeter)
 RECENT = web.AppKey("recent", RecentRequests)
+TRAFFIC = web.AppKey("traffic", UserTraffic)

@@ -81,6 +81,10 @@ class DeviceView(Protocol):
 
     def admits(self, backend: str) -> bool: ...
 
+    def admits_past_background(self, backend: str) -> bool:
+        """Whether it would start now but for the proxy's own background requests."""
+        ...
+
     def next_up(self) -> str | None: ...
 
     def engine_of(self, backend: str) -> str: ...
@@ -180,8 +184,10 @@ class Backend(RoutableBackend, Protocol):
         tokens: int = 0,
         prefer: Placement | None = None,
         settled: Settled | None = None,
+        background: bool = False,
     ) -> AbstractAsyncContextManager[SlotUse]:
-        """Admission: its device's share and a concurrency slot, held for one request."""
+        """Admission: its device's share and a concurrency slot, held for one request;
+        `background` for the proxy's own requests (calibration), which routing looks past."""
         ...
 
     @property

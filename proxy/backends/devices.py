@@ -12,9 +12,11 @@ busy backend cannot starve the others.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from proxy.config import BackendConfig, Settings
@@ -54,6 +56,9 @@ class Device:
         # Backends that share an engine's process decode as that engine.
         self._engine_of: dict[str, str] = {}
         self._running: dict[str, int] = {}
+        # Of those, the proxy's own background requests (calibration) per engine: users are
+        # routed as if these were not there, and wait at most for the ones already decoding.
+        self._background: dict[str, int] = {}
         self._waiters: deque[tuple[str, asyncio.Future[None]]] = deque()
         self._busy_since: float | None = None
         self._busy_s = 0.0
@@ -105,6 +110,31 @@ class Device:
     def admits(self, backend: str) -> bool:
         """Whether a request for `backend` would start now, without waiting for the device."""
         return not self._waiters and self._fits(self.engine_of(backend))
+
+    def admits_past_background(self, backend: str) -> bool:
+        """Whether a request for `backend` would start now but for the background requests
+        decoding here: a user's request is routed by this, and waits only for those."""
+        engine = self.engine_of(backend)
+        if self._waiters:
+            return False
+        users = [e for e, n in self._running.items() if n > self._background.get(e, 0)]
+        return engine in users or sum(self._share[e] for e in users) + self._share[engine] <= (
+            self.capacity
+        )
+
+    @contextlib.contextmanager
+    def background(self, backend: str) -> Iterator[None]:
+        """Mark one admitted request for `backend` as the proxy's own background work."""
+        engine = self.engine_of(backend)
+        self._background[engine] = self._background.get(engine, 0) + 1
+        try:
+            yield
+        finally:
+            left = self._background[engine] - 1
+            if left:
+                self._background[engine] = left
+            else:
+                del self._background[engine]
 
     def _fits(self, backend: str) -> bool:
         return backend in self._running or self.in_use + self._share[backend] <= self.capacity

@@ -56,6 +56,7 @@ class Replica:
         self.device = device
         self.state: ReplicaState = "starting"
         self.in_flight = 0  # this proxy's requests on it
+        self.in_background = 0  # of those, the proxy's own (calibration)
         self.reported: int | None = None  # requests it said it held at the last poll
         self.load_source: LoadSource | None = None
         self.failed_health_checks = 0
@@ -71,7 +72,7 @@ class Replica:
     @property
     def load(self) -> int:
         """Requests on it now: this proxy's own count, plus the others' from its last report."""
-        return self.in_flight + self.others
+        return self.in_flight - self.in_background + self.others
 
     def report(self, held: int | None, own: int = 0) -> None:
         """Fold in a report of `held` requests, `own` of which may be this proxy's (None: forget
@@ -261,6 +262,7 @@ class ExternalBackend:
         tokens: int = 0,
         prefer: Placement | None = None,
         settled: Settled | None = None,
+        background: bool = False,
     ) -> AsyncIterator[SlotUse]:
         """Hold a slot on the least loaded ready replica (`prefer`'s, holding the request's
         prompt, when it has room) and its share of the device, waiting in the bounded queue
@@ -293,10 +295,13 @@ class ExternalBackend:
             self.queued -= 1
         use = SlotUse(device_wait_s=waited, base_url=replica.url, device=replica.device.name)
         mark = replica.device.start_decoding()
+        replica.in_background += background
         try:
-            yield use
+            with replica.device.background(self.name) if background else contextlib.nullcontext():
+                yield use
         finally:
             use.mean_load = replica.device.stop_decoding(mark)
+            replica.in_background -= background
             replica.in_flight -= 1
             # Another proxy's llama-server: nothing to learn from waiting for it to go idle.
             replica.device.release(self.name)

@@ -25,6 +25,7 @@ class Strategy:
         self.name = spec.config.name
         self._engine = engine
         self.in_flight = 0
+        self.in_background = 0  # of those, the proxy's own (calibration)
 
     @property
     def speculation(self) -> dict[str, Any]:
@@ -54,8 +55,8 @@ class Strategy:
 
     @property
     def load(self) -> int:
-        """Requests it sent that the engine holds."""
-        return self.in_flight
+        """Users' requests it sent that the engine holds."""
+        return self.in_flight - self.in_background
 
     @property
     def limit(self) -> int:
@@ -131,14 +132,17 @@ class Strategy:
         tokens: int = 0,
         prefer: Placement | None = None,
         settled: Settled | None = None,
+        background: bool = False,
     ) -> AsyncIterator[SlotUse]:
         """The engine's admission, counted as this strategy's request while held."""
-        async with self._engine.slot(tokens, prefer, settled) as use:
+        async with self._engine.slot(tokens, prefer, settled, background) as use:
             self.in_flight += 1
+            self.in_background += background
             try:
                 yield use
             finally:
                 self.in_flight -= 1
+                self.in_background -= background
 
     def mark_down(self, base_url: str | None = None) -> None:
         self._engine.mark_down(base_url)

@@ -61,6 +61,8 @@ class BackendSupervisor:
         self.limit = spec.config.max_concurrency or spec.config.parallel
         self.max_queue = settings.max_queue
         self.in_flight = 0
+        # Of those, the proxy's own (calibration): not load a user's request would share.
+        self.in_background = 0
         self.queued = 0
         self._slots = asyncio.Semaphore(self.limit)
         self.restarts = 0
@@ -88,8 +90,8 @@ class BackendSupervisor:
 
     @property
     def load(self) -> int:
-        """Requests on the backend: its own process serves only this proxy."""
-        return self.in_flight
+        """Users' requests on the backend: its own process serves only this proxy."""
+        return self.in_flight - self.in_background
 
     @property
     def server_urls(self) -> frozenset[str]:
@@ -125,6 +127,7 @@ class BackendSupervisor:
         tokens: int = 0,
         prefer: Placement | None = None,
         settled: Settled | None = None,
+        background: bool = False,
     ) -> AsyncIterator[SlotUse]:
         """Hold this backend's share of its device and one concurrency slot, waiting in the
         bounded queue; raise when the queue is full. `tokens`: what the request will hold of
@@ -159,11 +162,14 @@ class BackendSupervisor:
         # Ended before llama-server finished it (client gone, timeout, error): the process
         # may still be computing, so the device is released once it is idle.
         abandoned = True
+        self.in_background += background
         try:
-            yield use
+            with self.device.background(self.name) if background else contextlib.nullcontext():
+                yield use
             abandoned = settled is not None and not settled()
         finally:
             use.mean_load = self.device.stop_decoding(mark)
+            self.in_background -= background
             self.in_flight -= 1
             self.held_tokens -= tokens
             self._slots.release()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Sequence
 from itertools import zip_longest
+from typing import Any
 
 import aiohttp
 
@@ -13,8 +16,9 @@ from proxy.llamacpp import Timings
 from proxy.log import get_logger
 from proxy.prompts import REFERENCE_PROMPTS, infill_body
 from proxy.routing.router import fim_outcome
-from proxy.routing.scoreboard import Outcome, Scoreboard
+from proxy.routing.scoreboard import Outcome, Scoreboard, load_level
 from proxy.tasks import FIM_TASK, ROUTED_TASKS
+from proxy.traffic import UserTraffic
 from proxy.workload import WorkloadRequest, of_task
 
 log = get_logger("calibration")
@@ -48,6 +52,7 @@ async def calibrate(
     scoreboard: Scoreboard,
     session: aiohttp.ClientSession,
     meter: CpuMeter,
+    traffic: UserTraffic,
     rounds: int,
     max_tokens: int,
     prompts: int = 3,
@@ -59,6 +64,12 @@ async def calibrate(
     decide the class. Echo requests generate ``echo_tokens`` (default ``max_tokens``), as an
     edit's answer is a whole file. Cells already holding that many samples (a saved
     scoreboard) are skipped. Returns the number of measurements recorded.
+
+    Users come first: each request waits until no user's request is waiting or running, and
+    one that a user's request arrives during is cancelled and sent again later. Routing looks
+    past a calibration request (`background`), so no user's request goes where it is only
+    because calibration holds the device there. A sample that shared its device anyway (a
+    user's request joining its engine's batch) is filed at the load it ran at.
     """
     budget = {"echo": echo_tokens or max_tokens}
     # Prompt by prompt, every backend in turn: a machine whose speed drifts over minutes (a
@@ -76,30 +87,50 @@ async def calibrate(
         todo += [step for turn in zip_longest(*per_backend) for step in turn if step]
     sent = 0
     refused: set[tuple[str, str]] = set()
+    yielded: set[int] = set()
     for i, (backend, task, request) in enumerate(todo, 1):
         if not backend.ready or (backend.name, task) in refused:
             continue
+        await traffic.quiet()
+        answer = _Answer()
+        body: Any = {}
         try:
-            async with backend.slot() as use:
+            async with backend.slot(settled=answer.settled, background=True) as use:
                 # A backend sharing an engine's process decodes as its own fields say.
                 payload = {
                     **request.with_sampling(budget.get(task, max_tokens)),
                     **backend.speculation,
                 }
                 start = meter.snapshot()
-                async with session.post(f"{use.base_url}{request.path}", json=payload) as resp:
-                    body = await resp.json() if resp.status == 200 else {}
+                post = asyncio.ensure_future(_post(session, use.base_url + request.path, payload))
+                arrival = asyncio.ensure_future(traffic.arrival())
+                await asyncio.wait({post, arrival}, return_when=asyncio.FIRST_COMPLETED)
+                arrival.cancel()
+                if not post.done():
+                    post.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await post
+                else:
+                    answer.status, body = post.result()
                 contended = meter.contended(start, meter.snapshot())
         except (aiohttp.ClientError, TimeoutError, ValueError, BackendSaturatedError) as exc:
             log.warning("calibration request failed", backend=backend.name, error=str(exc))
             continue
-        if resp.status != 200:
+        if answer.status is None:
+            # A user's request arrived: this one goes again at the end, once.
+            log.info("calibration yields to a user's request", backend=backend.name, task=task)
+            if i not in yielded:
+                yielded.add(i)
+                todo.append((backend, task, request))
+            continue
+        resp_status = answer.status
+        if resp_status != 200:
             # A model without FIM tokens answers /infill with 501: fim stays unmeasured.
             log.warning(
                 "calibration request refused",
                 backend=backend.name,
                 task=task,
-                status=resp.status,
+                status=resp_status,
             )
             refused.add((backend.name, task))
             continue
@@ -107,7 +138,9 @@ async def calibrate(
         if not timings.measured:
             log.warning("calibration request gave no timings", backend=backend.name, task=task)
             continue
-        outcome = Outcome.from_timings(backend.name, task, 1, timings, contended=contended)
+        # Filed at the load it ran at: a user's request may have joined its engine's batch.
+        ran_at = load_level(int((use.mean_load or 1.0) + 0.5))
+        outcome = Outcome.from_timings(backend.name, task, ran_at, timings, contended=contended)
         if task == FIM_TASK:
             outcome = fim_outcome(outcome, timings)
         scoreboard.record(outcome)
@@ -119,8 +152,27 @@ async def calibrate(
             task=task,
             kind=request.kind,
             tokens_per_s=round(outcome.tokens_per_s or 0.0, 1),
+            load_level=ran_at,
             contended=contended,
             draft_n=timings.draft_n,
             draft_n_accepted=timings.draft_n_accepted,
         )
     return sent
+
+
+class _Answer:
+    """How a calibration request ended: its status, None while unanswered or cancelled."""
+
+    def __init__(self) -> None:
+        self.status: int | None = None
+
+    def settled(self) -> bool:
+        """Whether llama-server finished it (else the device waits for the process to idle)."""
+        return self.status is not None
+
+
+async def _post(
+    session: aiohttp.ClientSession, url: str, payload: dict[str, Any]
+) -> tuple[int, Any]:
+    async with session.post(url, json=payload) as resp:
+        return resp.status, (await resp.json() if resp.status == 200 else {})

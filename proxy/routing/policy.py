@@ -229,7 +229,7 @@ class RoutePolicy:
                 # its answers ends, the device only when all of them have (eight code streams
                 # waited 25 s for four plain answers to drain, to move to a near-tie).
                 joinable = self._starts_now(other) or (
-                    same and other.load > 0 and other.device.admits(other.name)
+                    same and other.load > 0 and other.device.admits_past_background(other.name)
                 )
                 # The wait is counted where the request is the only one it matters to: on
                 # another device. Joining the device's batch keeps every later request there
@@ -436,8 +436,9 @@ class RoutePolicy:
 
     @staticmethod
     def _starts_now(backend: RoutableBackend) -> bool:
-        """Whether a request sent now would start decoding at once: a free slot, device room."""
-        return not backend.saturated and backend.device.admits(backend.name)
+        """Whether a request sent now would start decoding at once: a free slot, device room;
+        the proxy's own calibration request, which a user's waits out, takes neither."""
+        return not backend.saturated and backend.device.admits_past_background(backend.name)
 
     @staticmethod
     def _shares_device(backend: RoutableBackend, ready: Sequence[RoutableBackend]) -> bool:

@@ -121,7 +121,14 @@ class Router:
         # One that starts at once on its device first: another would wait for, or crowd, it;
         # among those, the one holding most of the prompt (an embedding of a long document).
         held = cost.cached if cost is not None else {}
-        best = min(ready, key=lambda b: (not b.device.admits(b.name), b.load, -held.get(b.name, 0)))
+        best = min(
+            ready,
+            key=lambda b: (
+                not b.device.admits_past_background(b.name),
+                b.load,
+                -held.get(b.name, 0),
+            ),
+        )
         return best, "least_busy"
 
     def record(self, outcome: Outcome) -> None:
