@@ -286,7 +286,7 @@ def test_under_load_the_backend_measured_fastest_at_that_load_is_waited_for() ->
     measure(board, "ngram", "prose", 18, level=4)
     policy = RoutePolicy(board, explore_share=0)
     idle = shared(Backend("plain"), Backend("ngram", "ngram-mod"))
-    assert policy.choose("prose", idle) == RouteChoice("plain", "within_margin", 1)
+    assert policy.choose("prose", idle) == RouteChoice("plain", "fastest", 1)
     loaded = shared(Backend("plain", in_flight=3), Backend("ngram", "ngram-mod"))
     assert policy.choose("prose", loaded) == RouteChoice("ngram", "wait_device", 4)
     # Once ngram decodes, later requests join it.
@@ -415,3 +415,21 @@ def test_a_sessions_first_turn_compares_backends_at_a_level_all_were_measured_at
     first_turn = RequestCost(prompt_tokens=2800, agent="change")
     choice = RoutePolicy(board, explore_share=0.0).choose("code", backends, first_turn)
     assert choice is not None and choice.backend == "plain"
+
+
+def test_a_calibration_request_on_the_device_is_looked_past_not_joined() -> None:
+    # Calibration decodes on ngram, which measures within the join margin of plain: a user's
+    # request still goes to plain, the fastest, and waits for that one request, rather than
+    # joining or spilling to where calibration happens to be.
+    board = Scoreboard()
+    measure(board, "plain", "echo", 36)
+    measure(board, "ngram", "echo", 33)
+    policy = RoutePolicy(board, explore_share=0)
+    plain, ngram = shared(Backend("plain"), Backend("ngram", "ngram-mod"))
+    assert plain.device.try_admit("ngram")
+    with plain.device.background("ngram"):
+        assert not plain.device.admits("plain")
+        assert policy.choose("echo", [plain, ngram]) == RouteChoice("plain", "fastest", 1)
+    # The same request of a user's is another user's batch: joined, as before.
+    ngram.in_flight = 1
+    assert policy.choose("echo", [plain, ngram]) == RouteChoice("ngram", "join_batch", 2)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Sequence
 from itertools import zip_longest
 from typing import Any
@@ -104,13 +103,15 @@ async def calibrate(
                 start = meter.snapshot()
                 post = asyncio.ensure_future(_post(session, use.base_url + request.path, payload))
                 arrival = asyncio.ensure_future(traffic.arrival())
-                await asyncio.wait({post, arrival}, return_when=asyncio.FIRST_COMPLETED)
-                arrival.cancel()
-                if not post.done():
-                    post.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await post
-                else:
+                try:
+                    await asyncio.wait({post, arrival}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    arrival.cancel()
+                    if not post.done():
+                        # Closing the connection is what stops llama-server's work on it.
+                        post.cancel()
+                        post.add_done_callback(_retrieved)
+                if post.done() and not post.cancelled():
                     answer.status, body = post.result()
                 contended = meter.contended(start, meter.snapshot())
         except (aiohttp.ClientError, TimeoutError, ValueError, BackendSaturatedError) as exc:
@@ -176,3 +177,9 @@ async def _post(
 ) -> tuple[int, Any]:
     async with session.post(url, json=payload) as resp:
         return resp.status, (await resp.json() if resp.status == 200 else {})
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """Take a cancelled request's outcome, so that its failure is not reported as unhandled."""
+    if not task.cancelled():
+        task.exception()
