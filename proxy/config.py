@@ -383,6 +383,12 @@ class Settings(BaseSettings):
     connect_timeout_s: float = Field(
         default=5.0, gt=0, description="longest wait for a backend to accept a connection"
     )
+    upstream_connects: int = Field(
+        default=64,
+        ge=1,
+        description="connections to backends being opened at once; more wait their turn "
+        "rather than overrun a backend's accept queue and time out",
+    )
     # llama-server sends a stream's headers with its first token, so this wait covers the
     # prompts queued ahead on the backend: four agents' 3 k-token first turns take over 3
     # minutes on two cores. Bare llama-server never gives up; the clients' own SDKs wait 600 s.

@@ -13,7 +13,7 @@ from aiohttp import web
 from proxy.api.auth import api_key_middleware
 from proxy.api.errors import openai_errors
 from proxy.api.recent import RecentRequests
-from proxy.api.relay import Upstream, connection_reuse_trace
+from proxy.api.relay import BoundedConnector, Upstream, connection_reuse_trace
 from proxy.api.routes import add_routes
 from proxy.api.state import (
     CPU,
@@ -75,14 +75,17 @@ def build_app(
     )
 
     async def backends_ctx(app: web.Application) -> AsyncIterator[None]:
-        timeout = aiohttp.ClientTimeout(total=None, connect=settings.connect_timeout_s)
+        # The connect timeout is the socket's own: a request waiting its turn to open a
+        # connection (BoundedConnector) is not failing to connect.
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=settings.connect_timeout_s)
         # No per-host limit: concurrency is the backends' business, not the connection pool's.
         # Stock llama-server closes the connection after every streamed answer, and a pooled
         # half-closed one would fail the next request; so only servers of specproxy's build
         # (which keep it) get pooled connections, and everything else a new one per request.
         # cpp-httplib drops a connection idle for 5 s: the pool lets it go at 4.
-        fresh_connector = aiohttp.TCPConnector(limit=0, force_close=True)
-        pooled_connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=4.0)
+        connects = settings.upstream_connects
+        fresh_connector = BoundedConnector(connects, limit=0, force_close=True)
+        pooled_connector = BoundedConnector(connects, limit=0, keepalive_timeout=4.0)
         async with (
             aiohttp.ClientSession(timeout=timeout, connector=fresh_connector) as session,
             aiohttp.ClientSession(

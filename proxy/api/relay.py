@@ -44,6 +44,23 @@ def connection_reuse_trace() -> aiohttp.TraceConfig:
     return trace
 
 
+class BoundedConnector(aiohttp.TCPConnector):
+    """Opens at most `connects` connections at once; the others wait their turn.
+
+    Thousands of requests arriving together would otherwise all race for the upstream's accept
+    queue, and those it drops fail on the connect timeout (502s) though the server is fine.
+    Only the opening is bounded: open connections, and requests on them, are not.
+    """
+
+    def __init__(self, connects: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._connects = asyncio.Semaphore(connects)
+
+    async def _create_connection(self, req: Any, traces: Any, timeout: Any) -> Any:
+        async with self._connects:
+            return await super()._create_connection(req, traces, timeout)
+
+
 @dataclass(frozen=True)
 class Upstream:
     """The sessions requests leave on: `pooled` keeps connections where the server does;
