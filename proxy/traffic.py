@@ -1,11 +1,13 @@
-"""Users' requests in the proxy now, from arrival to record: what its own background work (start-up
-calibration) yields to."""
+"""Users' requests in the proxy now, from arrival to record, and the proxy's own background work
+(start-up calibration) that yields to them."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal
 
 
 class UserTraffic:
@@ -46,3 +48,11 @@ class UserTraffic:
         finally:
             with contextlib.suppress(ValueError):
                 self._arrivals.remove(future)
+
+
+@dataclass
+class CalibrationProgress:
+    """Where start-up calibration is, for /health: waiting for backends, running, done, off."""
+
+    state: Literal["waiting", "running", "done", "off"] = "waiting"
+    requests: int = 0

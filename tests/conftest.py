@@ -10,6 +10,7 @@ import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -67,6 +68,19 @@ def get_json(url: str, timeout: float = 5) -> tuple[int, dict[str, object]]:
             return resp.status, json.load(resp)
     except urllib.error.HTTPError as err:
         return err.code, json.load(err)
+
+
+def calibration(url: str) -> dict[str, Any]:
+    """What the proxy at `url` says of its start-up calibration (GET /health)."""
+    progress = get_json(f"{url}/health")[1].get("calibration")
+    assert isinstance(progress, dict), "the proxy's /health says nothing of calibration"
+    return progress
+
+
+def wait_calibrated(url: str, timeout: float) -> dict[str, Any]:
+    """Wait until the proxy at `url` finished its start-up calibration; what /health says."""
+    wait_for(lambda: calibration(url)["state"] == "done", timeout, "calibration", interval=0.5)
+    return calibration(url)
 
 
 @dataclass

@@ -61,4 +61,10 @@ async def test_a_users_request_waits_at_most_for_the_calibration_request_decodin
                     "the yielded calibration request never came back"
                 )
                 await asyncio.sleep(0.05)
+            # /health says when it is over.
+            while (await (await proxy.http.get("/health")).json())["calibration"][
+                "state"
+            ] != "done":
+                assert time.monotonic() < deadline, "calibration never finished"
+                await asyncio.sleep(0.2)
     assert any(e["event"] == "calibration yields to a user's request" for e in logs)

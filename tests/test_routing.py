@@ -6,10 +6,12 @@ import http.client
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.conftest import ROOT, RunningProxy, get_json, openai_client, start_proxy
+from tests.conftest import wait_calibrated as calibrated
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.integration
@@ -29,9 +31,8 @@ def scoreboard(proxy: RunningProxy) -> list[dict[str, object]]:
     return rows
 
 
-def wait_calibrated(proxy: RunningProxy, timeout: float = 120) -> None:
-    calibrated = lambda: '"calibration done"' in proxy.log_path.read_text()  # noqa: E731
-    wait_for(calibrated, timeout, lambda: f"calibration: {scoreboard(proxy)}", interval=0.3)
+def wait_calibrated(proxy: RunningProxy, timeout: float = 120) -> dict[str, Any]:
+    return calibrated(proxy.url, timeout)
 
 
 @pytest.fixture(scope="module")
@@ -146,12 +147,7 @@ def test_measurements_survive_a_restart(
         again.wait_ready()
         rows = scoreboard(again)
         assert len(rows) == len(before)
-        wait_calibrated(again, timeout=30)
-        done = [
-            json.loads(x)
-            for x in again.log_path.read_text().splitlines()
-            if '"calibration done"' in x
-        ]
-        assert done[0]["requests"] == 0, "a restart with saved measurements must not recalibrate"
+        done = wait_calibrated(again, timeout=30)
+        assert done["requests"] == 0, "a restart with saved measurements must not recalibrate"
     finally:
         again.stop()

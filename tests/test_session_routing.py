@@ -13,8 +13,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from tests.conftest import ROOT, RunningProxy, get_json, start_proxy
-from tests.helpers import wait_for
+from tests.conftest import ROOT, RunningProxy, get_json, start_proxy, wait_calibrated
 
 pytestmark = pytest.mark.integration
 
@@ -80,7 +79,7 @@ def calibrated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProx
     )
     try:
         running.wait_ready()
-        wait_for(lambda: '"calibration done"' in log.read_text(), 300, "calibration", 0.5)
+        wait_calibrated(running.url, 300)
         yield running
     finally:
         running.stop()

@@ -18,7 +18,7 @@ import anthropic
 import openai
 import pytest
 
-from tests.conftest import RunningProxy, get_json, start_proxy
+from tests.conftest import RunningProxy, get_json, start_proxy, wait_calibrated
 from tests.helpers import wait_for
 from tests.test_metrics import scrape, wait_quiet
 
@@ -241,8 +241,7 @@ def test_infill_is_routed_and_measured_as_fim(coder: RunningProxy) -> None:
 
 
 def _wait_for_calibration(proxy: RunningProxy) -> None:
-    calibrated = lambda: '"calibration done"' in proxy.log_path.read_text()  # noqa: E731
-    wait_for(calibrated, 240, "calibration to finish", interval=0.5)
+    wait_calibrated(proxy.url, 240)
 
 
 def test_infill_without_fim_tokens_says_so(proxy: RunningProxy) -> None:

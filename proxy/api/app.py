@@ -16,6 +16,7 @@ from proxy.api.recent import RecentRequests
 from proxy.api.relay import BoundedConnector, Upstream, connection_reuse_trace
 from proxy.api.routes import add_routes
 from proxy.api.state import (
+    CALIBRATION,
     CPU,
     METRICS,
     POOL,
@@ -40,7 +41,7 @@ from proxy.routing.classifier import TaskClassifier
 from proxy.routing.policy import RoutePolicy
 from proxy.routing.router import Router
 from proxy.routing.scoreboard import Scoreboard
-from proxy.traffic import UserTraffic
+from proxy.traffic import CalibrationProgress, UserTraffic
 
 _SAVE_EVERY_S = 30.0
 log = get_logger("specproxy")
@@ -68,6 +69,7 @@ def build_app(
     app[CPU] = CpuMeter(lambda: [b.pid for b in app[POOL]] if POOL in app else [])
     app[RECENT] = RecentRequests()
     app[TRAFFIC] = UserTraffic()
+    app[CALIBRATION] = CalibrationProgress()
     app[METRICS] = ProxyMetrics(
         {s.config.name: s.config.spec_type for s in specs},
         scoreboard,
@@ -126,8 +128,12 @@ async def _keep_measured(
 ) -> None:
     """Calibrate once backends are ready, then persist the scoreboard every half minute."""
     pool = app[POOL]
+    progress = app[CALIBRATION]
+    if not settings.calibration_requests:
+        progress.state = "off"
     await pool.wait_ready()
     if settings.calibration_requests:
+        progress.state = "running"
         made = await calibrate(
             list(pool),
             scoreboard,
@@ -140,6 +146,7 @@ async def _keep_measured(
             settings.calibration_echo_tokens,
         )
         log.info("calibration done", requests=made)
+        progress.state, progress.requests = "done", made
     while True:
         scoreboard.save(path)
         await asyncio.sleep(_SAVE_EVERY_S)

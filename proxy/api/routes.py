@@ -25,7 +25,17 @@ from proxy.api.context_fit import (
 from proxy.api.errors import REQUEST_ID, ApiError
 from proxy.api.record import record
 from proxy.api.relay import RelayTimeouts, relay
-from proxy.api.state import CPU, METRICS, POOL, ROUTER, SESSION, SETTINGS, TRAFFIC, UPSTREAM
+from proxy.api.state import (
+    CALIBRATION,
+    CPU,
+    METRICS,
+    POOL,
+    ROUTER,
+    SESSION,
+    SETTINGS,
+    TRAFFIC,
+    UPSTREAM,
+)
 from proxy.api.status_page import status_live, status_page
 from proxy.api.surfaces import SURFACES, Surface
 from proxy.backends.backend import Backend, BackendSaturatedError, SlotUse
@@ -448,8 +458,10 @@ async def health(request: web.Request) -> web.Response:
     replica_down = any(r.state == "unhealthy" for b in pool for r in b.replicas)
     everything = ready == len(pool) and not replica_down
     status = "ok" if everything else "degraded" if ready else "unavailable"
+    progress = request.app[CALIBRATION]
+    calibration = {"state": progress.state, "requests": progress.requests}
     return web.json_response(
-        {"status": status, "backends": backends, "devices": devices},
+        {"status": status, "backends": backends, "devices": devices, "calibration": calibration},
         status=200 if ready else 503,
     )
 

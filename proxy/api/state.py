@@ -12,7 +12,7 @@ from proxy.backends.pool import BackendPool
 from proxy.config import Settings
 from proxy.metrics import ProxyMetrics
 from proxy.routing.router import Router
-from proxy.traffic import UserTraffic
+from proxy.traffic import CalibrationProgress, UserTraffic
 
 SETTINGS = web.AppKey("settings", Settings)
 POOL = web.AppKey("pool", BackendPool)
@@ -23,3 +23,4 @@ METRICS = web.AppKey("metrics", ProxyMetrics)
 CPU = web.AppKey("cpu", CpuMeter)
 RECENT = web.AppKey("recent", RecentRequests)
 TRAFFIC = web.AppKey("traffic", UserTraffic)
+CALIBRATION = web.AppKey("calibration", CalibrationProgress)
