@@ -63,20 +63,22 @@ def start_proxy(
         proc = subprocess.Popen(
             argv, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT, text=True
         )
-    while not ('"calibration done"' in log.read_text() if calibrate else all_ready(port)):
+    while not all_ready(port, calibrated=calibrate):
         if proc.poll() is not None:
             raise SystemExit(f"proxy exited:\n{log.read_text()[-2000:]}")
         time.sleep(1)
     return proc
 
 
-def all_ready(port: int) -> bool:
-    """Whether the proxy on `port` says every backend is ready."""
+def all_ready(port: int, calibrated: bool = False) -> bool:
+    """Whether the proxy on `port` says every backend is ready (and, if asked, calibrated)."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as resp:
-            return bool(json.load(resp).get("status") == "ok")
+            health = json.load(resp)
     except (OSError, ValueError):
         return False
+    done = health.get("calibration", {}).get("state") == "done"
+    return bool(health.get("status") == "ok" and (done or not calibrated))
 
 
 @dataclass(frozen=True)
