@@ -31,9 +31,15 @@ class Backend:
     saturated: bool = False
     queue_full: bool = False
     device: Device = field(default_factory=lambda: Device("own", 1))
+    # The process serving it: its own unless named (strategies sharing an engine).
+    process: str | None = None
 
     def __post_init__(self) -> None:
         on_device(self.device, [self], share=1)
+
+    @property
+    def engine(self) -> str:
+        return self.process or self.name
 
     @property
     def load(self) -> int:
@@ -286,7 +292,7 @@ def test_under_load_the_backend_measured_fastest_at_that_load_is_waited_for() ->
     measure(board, "ngram", "prose", 18, level=4)
     policy = RoutePolicy(board, explore_share=0)
     idle = shared(Backend("plain"), Backend("ngram", "ngram-mod"))
-    assert policy.choose("prose", idle) == RouteChoice("plain", "fastest", 1)
+    assert policy.choose("prose", idle) == RouteChoice("plain", "within_margin", 1)
     loaded = shared(Backend("plain", in_flight=3), Backend("ngram", "ngram-mod"))
     assert policy.choose("prose", loaded) == RouteChoice("ngram", "wait_device", 4)
     # Once ngram decodes, later requests join it.
@@ -433,3 +439,30 @@ def test_a_calibration_request_on_the_device_is_looked_past_not_joined() -> None
     # The same request of a user's is another user's batch: joined, as before.
     ngram.in_flight = 1
     assert policy.choose("echo", [plain, ngram]) == RouteChoice("ngram", "join_batch", 2)
+
+
+def test_a_draft_backend_is_never_taken_for_faster_at_prompts_than_plain() -> None:
+    # Its prompt samples came from short calibration prompts and read faster than plain's from
+    # long agent turns; but the draft model processes every prompt beside the target. An
+    # agent's long first turn, decoded faster on plain, must not go to the draft for its prompt.
+    board = Scoreboard()
+    measure(board, "plain", "code", 25)
+    measure(board, "ngram", "code", 31)
+    measure(board, "draft", "code", 16, draft_n=80, accepted=68)
+    board.record(Outcome("plain", "code", 1, 25, 0.1, 64, 0, 0, prompt_n=1200, prompt_ms=30e3))
+    board.record(Outcome("draft", "code", 1, 16, 0.1, 64, 80, 68, prompt_n=600, prompt_ms=10e3))
+    policy = RoutePolicy(board, explore_share=0)
+    coder = Device("cpu", 2)
+    plain = Backend("plain", process="coder")
+    ngram = Backend("ngram", "ngram-mod", process="coder")
+    draft = Backend("draft", "draft-simple")
+    on_device(coder, [plain, ngram, draft])
+    long_turn = RequestCost(prompt_tokens=3000, max_tokens=40)
+    choice = policy.choose("code", [plain, ngram, draft], long_turn)
+    assert choice is not None and choice.backend == "ngram"
+    # ngram shares plain's process: its prompt speed is plain's, not the slowest measured.
+    assert policy._prompt_speeds([plain, ngram, draft]) == {
+        "plain": 40.0,
+        "ngram": 40.0,
+        "draft": 40.0,
+    }

@@ -96,6 +96,11 @@ class RoutableBackend(Protocol):
     name: str
 
     @property
+    def engine(self) -> str:
+        """The process it runs in, by name (its own, unless it shares an engine's)."""
+        ...
+
+    @property
     def load(self) -> int:
         """Requests in flight where its next request would go, other proxies' included."""
         ...

@@ -411,14 +411,30 @@ class RoutePolicy:
         return max(mean, 1.0)
 
     def _prompt_speeds(self, ready: Sequence[RoutableBackend]) -> dict[str, float]:
-        """Each backend's measured prompt tokens/s; the slowest measured one for the others."""
-        rates = {b.name: self.scoreboard.prompt_speed(b.name) for b in ready}
-        known = [r.tokens_per_s for r in rates.values() if r is not None and r.tokens_per_s > 0]
-        fallback = min(known) if known else _UNKNOWN_PROMPT_TPS
-        return {
-            name: r.tokens_per_s if r is not None and r.tokens_per_s > 0 else fallback
-            for name, r in rates.items()
-        }
+        """Each backend's prompt tokens/s: measured, else its engine's (strategies sharing a
+        process process prompts alike), else the slowest measured. A backend with a draft
+        model runs every prompt through it too, so it is never taken for faster at prompts
+        than a plain backend on its device: samples of different prompt lengths and loads
+        once rated the draft's faster, and sent agents' long first turns there."""
+        speeds: dict[str, float] = {}
+        for b in ready:
+            rate = self.scoreboard.prompt_speed(b.name)
+            if rate is not None and rate.tokens_per_s > 0:
+                speeds[b.name] = rate.tokens_per_s
+        for b in ready:
+            mates = [speeds[o.name] for o in ready if o.engine == b.engine and o.name in speeds]
+            if b.name not in speeds and mates:
+                speeds[b.name] = max(mates)
+        for b in ready:
+            plain = [
+                speeds[o.name]
+                for o in ready
+                if o.spec_type is None and o.device is b.device and o.name in speeds
+            ]
+            if b.name in speeds and plain and _runs_a_draft_model(b):
+                speeds[b.name] = min(speeds[b.name], min(plain))
+        fallback = min(speeds.values(), default=_UNKNOWN_PROMPT_TPS)
+        return {b.name: speeds.get(b.name, fallback) for b in ready}
 
     @staticmethod
     def _wait_s(
@@ -487,3 +503,8 @@ class RoutePolicy:
             est.acceptance, est.tokens_per_s / baseline, backend.draft_n_max
         )
         return threshold is None or est.recent_acceptance < threshold
+
+
+def _runs_a_draft_model(backend: RoutableBackend) -> bool:
+    """Whether a separate draft model processes the backend's prompts beside its target."""
+    return backend.spec_type is not None and "draft-simple" in backend.spec_type
