@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config import ConfigError, load_settings
+from proxy.config import BackendConfig, ConfigError, load_settings
 from proxy.routing.aliases import ModelAliases
+from proxy.routing.calibration import calibration_requests
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -193,3 +194,17 @@ def test_a_config_without_aliases_still_serves_the_agents_names(tmp_path: Path) 
     )
     # A config's own aliases replace the default's.
     assert ModelAliases(own.model_aliases).resolve("claude-opus-4-8") is None
+
+
+def test_one_requests_context_is_the_whole_cache_when_slots_share_it() -> None:
+    # Calibration sizes its prompts by this (proxy/routing/calibration.py): a test model's 4 k
+    # cache shared by 4 slots holds the workload's whole-file edits, where a quarter of it
+    # would have left calibration one search/replace edit for the class.
+    unified = BackendConfig(name="a", model="m.gguf", ctx_size=4096, parallel=4, kv_unified=True)
+    split = BackendConfig(name="b", model="m.gguf", ctx_size=4096, parallel=4)
+    assert unified.request_context == 4096
+    assert split.request_context == 1024
+    roomy = calibration_requests("echo", 3, unified.request_context - 256)
+    tight = calibration_requests("echo", 3, split.request_context - 256)
+    assert [r.kind for r in roomy].count("whole-file edit") == 2
+    assert [r.kind for r in tight] == ["search/replace edit"]
