@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import http.client
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, RunningProxy, get_json, openai_client, start_proxy
+from tests.conftest import ROOT, RunningProxy, calibration, get_json, openai_client, start_proxy
 from tests.conftest import wait_calibrated as calibrated
 from tests.helpers import wait_for
 
@@ -151,3 +152,47 @@ def test_measurements_survive_a_restart(
         assert done["requests"] == 0, "a restart with saved measurements must not recalibrate"
     finally:
         again.stop()
+
+
+def test_users_during_calibration_leave_its_measurements_as_a_quiet_start_makes_them(
+    tmp_path: Path,
+) -> None:
+    # Users' requests on the backend calibration measures, from start to the end of
+    # calibration: calibration yields to each, and the edits still go to the backend fastest
+    # on them (the MTP head at acceptance 1.0), as after a quiet start.
+    running = start_proxy(
+        MTP_CONFIG,
+        tmp_path / "proxy.log",
+        SPECPROXY_EXPLORE_SHARE="0",
+        SPECPROXY_CALIBRATION_REQUESTS="1",
+        SPECPROXY_SCOREBOARD_FILE=str(tmp_path / "scoreboard.json"),
+    )
+    try:
+        running.wait_ready()
+        sent = 0
+        with openai_client(running.url) as client:
+            while calibration(running.url)["state"] != "done":
+                client.chat.completions.create(
+                    model="tiny-plain",
+                    messages=[{"role": "user", "content": PROMPTS["prose"]}],
+                    max_tokens=24,
+                )
+                sent += 1
+                assert sent < 300, "calibration never finished beside users' requests"
+                # A user now and then: under requests back to back calibration would wait for
+                # good, which is what it should do.
+                time.sleep(2)
+            assert sent > 0
+            lines = [
+                json.loads(x) for x in running.log_path.read_text().splitlines() if x[:1] == "{"
+            ]
+            assert any(x.get("event") == "calibration yields to a user's request" for x in lines)
+            raw = client.chat.completions.with_raw_response.create(
+                model="auto",
+                messages=[{"role": "user", "content": PROMPTS["echo"]}],
+                max_tokens=16,
+            )
+        assert raw.headers["x-specproxy-task"] == "echo"
+        assert raw.headers["x-specproxy-backend"] == "mtp"
+    finally:
+        running.stop()
