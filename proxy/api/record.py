@@ -10,55 +10,20 @@ from proxy.api.state import METRICS, RECENT, ROUTER, SETTINGS
 from proxy.exchange import Exchange
 from proxy.llamacpp import Timings
 from proxy.log import get_logger
-from proxy.measurement import CLIENT_GONE
-from proxy.routing.router import fim_outcome
-from proxy.routing.scoreboard import Outcome, load_level
-from proxy.tasks import FIM_TASK
+from proxy.routing.scoreboard import Outcome
 
 log = get_logger("request")
-_MEASURED = (None, CLIENT_GONE)
 
 
 def record(app: web.Application, exchange: Exchange) -> None:
     """Feed one finished request, errors included, to everything that learns from it; once."""
     app[METRICS].observe(exchange)
     app[RECENT].add(exchange, time.monotonic())
-    route, upstream = exchange.route, exchange.upstream
-    if route is None or upstream is None:
-        return  # refused before any backend was chosen: the metrics count it
-    router = app[ROUTER]
-    timings = Timings.parse(upstream.timings)
-    # Filed under the load it ran at: one that started alone and was joined by three more
-    # decoded at four streams' speed, and would otherwise drag down the one-stream estimate.
-    mean = exchange.mean_load
-    ran_at = route.level if mean is None else load_level(int(mean + 0.5))
-    prompt = exchange.prompt
-    outcome = Outcome.from_timings(
-        route.backend.name,
-        exchange.task or "",
-        ran_at,
-        timings,
-        upstream.ttft_s,
-        exchange.contended,
-        agent=prompt.agent if prompt is not None else None,
-    )
-    if exchange.task == FIM_TASK:
-        outcome = fim_outcome(outcome, timings)
-    # A stream its client left still measured its speed up to there.
-    measured = upstream.status == 200 and upstream.error in _MEASURED
-    if exchange.task is not None and measured and not exchange.client_speculation:
-        router.record(outcome)
-    admission = exchange.admission
-    if prompt is not None and admission is not None and upstream.status == 200:
-        router.prefixes.record(
-            route.backend.engine,
-            prompt.prefix,
-            admission.placement,
-            timings.prompt_n + timings.cache_n,
-            admission.slots,
-            prompt.session,
-        )
-    _log(app, exchange, outcome, timings)
+    outcome = app[ROUTER].record(exchange)
+    if outcome is not None:  # else refused before any backend was chosen: the metrics count it
+        upstream = exchange.upstream
+        assert upstream is not None
+        _log(app, exchange, outcome, Timings.parse(upstream.timings))
 
 
 def _log(app: web.Application, exchange: Exchange, outcome: Outcome, timings: Timings) -> None:

@@ -44,8 +44,7 @@ from proxy.log import get_logger
 from proxy.measurement import CLIENT_GONE, Measurement
 from proxy.metrics import CONTENT_TYPE
 from proxy.routing.agent_turns import session_intent
-from proxy.routing.policy import RequestCost
-from proxy.routing.prefixes import Cached, PromptPrefix, session_key
+from proxy.routing.prefixes import PromptPrefix, session_key
 from proxy.routing.router import NoBackendError, UnknownModelError
 from proxy.tasks import AUTO_MODEL, AUTO_TASK_MODELS, ROUTING_MODEL_IDS
 
@@ -183,27 +182,11 @@ def _agent_intent(view: Mapping[str, Any]) -> str | None:
 def _choose(app: web.Application, exchange: Exchange, fit: _Fit, budget: int | None) -> Route:
     """The router's choice (by the whole request's cost for a task, else any ready backend),
     refusals as errors."""
-    pool, router = app[POOL], app[ROUTER]
-    prompt, model = exchange.prompt, exchange.model
-    held = {
-        b.name: router.prefixes.cached(b.engine, prompt.prefix, b.server_urls, prompt.session)
-        if prompt is not None
-        else Cached(0, None)
-        for b in fit.backends
-    }
-    cost = RequestCost(
-        prompt_tokens=fit.prompt_tokens,
-        cached={name: c.tokens for name, c in held.items()},
-        max_tokens=budget,
-        quiet=app[CPU].quiet_now(),
-        agent=prompt.agent if prompt is not None else None,
-    )
+    pool, model = app[POOL], exchange.model
     try:
-        if exchange.task is None:
-            backend, reason = router.choose_any(model, fit.backends, cost)
-            return Route(backend, reason, 0, held.get(backend.name, Cached(0, None)))
-        backend, choice = router.choose(model, exchange.task, fit.backends, cost)
-        return Route(backend, choice.reason, choice.level, held[backend.name])
+        return app[ROUTER].route(
+            exchange, fit.backends, fit.prompt_tokens, budget, app[CPU].quiet_now()
+        )
     except UnknownModelError:
         ids = ", ".join([AUTO_MODEL, *AUTO_TASK_MODELS, *pool.names])
         raise ApiError(
@@ -415,7 +398,7 @@ async def list_models(request: web.Request) -> web.Response:
     pool = request.app[POOL]
     router = request.app[ROUTER]
     # Exact aliases too, for clients that check their model is listed; patterns are not ids.
-    aliases = list(router.aliases.exact)
+    aliases = router.exact_aliases()
     ids = [AUTO_MODEL, *AUTO_TASK_MODELS, *pool.names, *aliases]
     contexts = {b.name: b.n_ctx for b in pool}
     # A routing id may go to any backend that holds the prompt: the largest context is its own.
@@ -468,28 +451,30 @@ async def health(request: web.Request) -> web.Response:
 
 async def scoreboard(request: web.Request) -> web.Response:
     """GET /scoreboard: what the router has measured, per backend, task class and load level."""
-    board = request.app[ROUTER].scoreboard
+    router = request.app[ROUTER]
     rows = [
         {
-            "backend": backend,
-            "task": task,
-            "level": level,
-            "tokens_per_s": round(est.tokens_per_s, 2),
-            "ttft_s": round(est.ttft_s, 4),
-            "acceptance": None if est.acceptance is None else round(est.acceptance, 4),
-            "recent_acceptance": est.recent_acceptance,
-            "samples": est.samples,
+            "backend": m.backend,
+            "task": m.task,
+            "level": m.level,
+            "tokens_per_s": round(m.estimate.tokens_per_s, 2),
+            "ttft_s": round(m.estimate.ttft_s, 4),
+            "acceptance": None
+            if m.estimate.acceptance is None
+            else round(m.estimate.acceptance, 4),
+            "recent_acceptance": m.estimate.recent_acceptance,
+            "samples": m.estimate.samples,
             # The 90 % interval the router compares by, and whether only a busy machine
             # measured this cell.
-            "interval": [round(x, 2) for x in est.interval(board.alpha)],
-            "contended": est.contended,
+            "interval": [round(x, 2) for x in m.interval],
+            "contended": m.estimate.contended,
         }
-        for (backend, task, level), est in board.items()
+        for m in router.measured()
     ]
     prompt = {
-        name: round(rate.tokens_per_s, 1)
+        name: round(tps, 1)
         for name in request.app[POOL].names
-        if (rate := board.prompt_speed(name)) is not None
+        if (tps := router.prompt_speed(name)) is not None
     }
     return web.json_response({"estimates": rows, "prompt_tokens_per_s": prompt})
 

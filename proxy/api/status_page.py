@@ -107,16 +107,15 @@ def _devices(request: web.Request) -> str:
 
 
 def _speeds(request: web.Request) -> str:
-    board = request.app[ROUTER].scoreboard
     rows = []
-    for (backend, task, level), est in board.items():
-        low, high = est.interval(board.alpha)
+    for m in request.app[ROUTER].measured():
+        est, (low, high) = m.estimate, m.interval
         acceptance = None if est.acceptance is None else f"{est.acceptance:.0%}"
         rows.append(
             (
-                backend,
-                task,
-                level,
+                m.backend,
+                m.task,
+                m.level,
                 "busy machine" if est.contended else "quiet",
                 est.tokens_per_s,
                 f"{low:.1f}–{high:.1f}",

@@ -2,23 +2,41 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeVar
 
-from proxy.backends.backend import RoutableBackend
+from proxy.backends.backend import Backend, RoutableBackend
+from proxy.exchange import Exchange, Route
 from proxy.llamacpp import Timings
+from proxy.measurement import CLIENT_GONE
 from proxy.routing.aliases import ModelAliases
 from proxy.routing.classifier import TaskClassifier
 from proxy.routing.policy import RequestCost, RouteChoice, RoutePolicy
-from proxy.routing.prefixes import PrefixCache
-from proxy.routing.scoreboard import Outcome, Scoreboard
-from proxy.tasks import AUTO_MODEL, AUTO_TASK_MODELS, TASK_CLASSES
+from proxy.routing.prefixes import Cached, PrefixCache
+from proxy.routing.scoreboard import Estimate, Outcome, Scoreboard, load_level
+from proxy.tasks import AUTO_MODEL, AUTO_TASK_MODELS, FIM_TASK, TASK_CLASSES
 
 # How a request that needs any backend, not the fastest one, found it.
 AnyReason = Literal["pinned", "least_busy"]
 # The caller's own backend type: what it gives the router is what the router hands back.
 B = TypeVar("B", bound=RoutableBackend)
+
+
+# A stream its client left still measured its speed up to there.
+_MEASURED = (None, CLIENT_GONE)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One cell of what the router measured: a backend, a task class, a load level."""
+
+    backend: str
+    task: str
+    level: int
+    estimate: Estimate
+    # The interval the router compares backends by (90 %).
+    interval: tuple[float, float]
 
 
 class UnknownModelError(LookupError):
@@ -131,6 +149,87 @@ class Router:
         )
         return best, "least_busy"
 
-    def record(self, outcome: Outcome) -> None:
-        """Feed a finished request's measurements back into the scoreboard."""
-        self.scoreboard.record(outcome)
+    def route(
+        self,
+        exchange: Exchange,
+        backends: Sequence[Backend],
+        prompt_tokens: int,
+        budget: int | None,
+        quiet: bool,
+    ) -> Route:
+        """Where the request goes, why, and what the router expects it to find cached there:
+        by the whole request's cost for a task, else any ready backend. Raises
+        UnknownModelError or NoBackendError."""
+        prompt, model = exchange.prompt, exchange.model
+        held = {
+            b.name: self.prefixes.cached(b.engine, prompt.prefix, b.server_urls, prompt.session)
+            if prompt is not None
+            else Cached(0, None)
+            for b in backends
+        }
+        cost = RequestCost(
+            prompt_tokens=prompt_tokens,
+            cached={name: c.tokens for name, c in held.items()},
+            max_tokens=budget,
+            quiet=quiet,
+            agent=prompt.agent if prompt is not None else None,
+        )
+        if exchange.task is None:
+            backend, reason = self.choose_any(model, backends, cost)
+            return Route(backend, reason, 0, held[backend.name])
+        backend, choice = self.choose(model, exchange.task, backends, cost)
+        return Route(backend, choice.reason, choice.level, held[backend.name])
+
+    def record(self, exchange: Exchange) -> Outcome | None:
+        """Learn from a finished request: its speed, filed under the load it ran at, and where
+        its prompt is cached now. The outcome it measured; None for a request never sent."""
+        route, upstream = exchange.route, exchange.upstream
+        if route is None or upstream is None:
+            return None
+        timings = Timings.parse(upstream.timings)
+        # Filed under the load it ran at: one that started alone and was joined by three more
+        # decoded at four streams' speed, and would otherwise drag down the one-stream estimate.
+        mean = exchange.mean_load
+        ran_at = route.level if mean is None else load_level(int(mean + 0.5))
+        prompt = exchange.prompt
+        outcome = Outcome.from_timings(
+            route.backend.name,
+            exchange.task or "",
+            ran_at,
+            timings,
+            upstream.ttft_s,
+            exchange.contended,
+            agent=prompt.agent if prompt is not None else None,
+        )
+        if exchange.task == FIM_TASK:
+            outcome = fim_outcome(outcome, timings)
+        measured = upstream.status == 200 and upstream.error in _MEASURED
+        # A client's own speculation settings are not the backend's measured speed.
+        if exchange.task is not None and measured and not exchange.client_speculation:
+            self.scoreboard.record(outcome)
+        admission = exchange.admission
+        if prompt is not None and admission is not None and upstream.status == 200:
+            self.prefixes.record(
+                route.backend.engine,
+                prompt.prefix,
+                admission.placement,
+                timings.prompt_n + timings.cache_n,
+                admission.slots,
+                prompt.session,
+            )
+        return outcome
+
+    def measured(self) -> Iterator[Measured]:
+        """Every cell the router has measured, with the interval it compares by."""
+        board = self.scoreboard
+        for (backend, task, level), est in board.items():
+            yield Measured(backend, task, level, est, est.interval(board.alpha))
+
+    def prompt_speed(self, backend: str) -> float | None:
+        """The backend's measured prompt tokens/s, None before any."""
+        rate = self.scoreboard.prompt_speed(backend)
+        return rate.tokens_per_s if rate is not None else None
+
+    def exact_aliases(self) -> list[str]:
+        """The model names configured as exact aliases (patterns are not ids)."""
+        return list(self.aliases.exact)
