@@ -38,6 +38,7 @@ import requests
 from loadtests.measure import Sample
 from proxy.llamacpp import Timings
 from proxy.sse import SseSplitter, data_of, is_done
+from proxy.tokens import WRITING_CHARS_PER_TOKEN
 
 Shape = Literal["edit-heavy", "explain", "mixed"]
 TurnKind = Literal["read", "search", "write", "edit", "explain"]
@@ -64,9 +65,7 @@ EXPECTED_TOOL: Final[dict[TurnKind, str | None]] = {
 DEFAULT_SYSTEM_TOKENS: Final = 6000
 DEFAULT_TURNS: Final = 12
 AFFINITY_HEADER: Final = "x-session-affinity"
-# Characters per token of Qwen2.5-Coder's tokenizer: instructions run 4.8, the generated code
-# 3.9-4.3; with 4.3, system prompts of 2-20 k tokens come out within 5 % of the size asked.
-CHARS_PER_TOKEN: Final = 4.3
+CHARS_PER_TOKEN: Final = WRITING_CHARS_PER_TOKEN
 # Below this many system tokens the tools are described in one sentence each, so a session fits
 # a small test context (2,048 tokens).
 _BRIEF_TOOLS_BELOW: Final = 2000

@@ -6,10 +6,8 @@ import json
 import uuid
 
 from proxy.api import errors
-from proxy.api.errors import ANTHROPIC_PATH, ApiError
+from proxy.api.errors import ApiError
 from proxy.api.rewrite import EventRewriter, join_event, split_event
-
-PATH_PREFIX = ANTHROPIC_PATH
 
 
 def from_upstream(status: int, raw: bytes) -> bytes:

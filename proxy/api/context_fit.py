@@ -9,6 +9,7 @@ from typing import Any
 import aiohttp
 
 from proxy.api.errors import ApiError
+from proxy.tokens import FEW_CHARS_PER_TOKEN
 
 # llama-server's own counters of a request's prompt tokens, by surface (the chat template and
 # tool definitions included, as the slot will see them).
@@ -22,14 +23,11 @@ _TEMPLATE_SLACK = 1024
 _COUNT_TIMEOUT_S = 30.0
 # KV tokens reserved for a request's answer beside its prompt (agents answer in hundreds).
 ANSWER_RESERVE = 512
-# Bytes of a request body per prompt token, for requests too short to be worth counting: JSON,
-# code and English run at 3-4 characters a token in these vocabularies.
-_BYTES_PER_TOKEN = 3
 
 
 def estimate_tokens(body_bytes: int) -> int:
     """A generous guess at a short body's prompt tokens (it is never counted exactly)."""
-    return body_bytes // _BYTES_PER_TOKEN
+    return body_bytes // FEW_CHARS_PER_TOKEN
 
 
 def may_overflow(body_bytes: int, smallest_context: int) -> bool:

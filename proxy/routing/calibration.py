@@ -17,13 +17,11 @@ from proxy.prompts import REFERENCE_PROMPTS, infill_body
 from proxy.routing.router import fim_outcome
 from proxy.routing.scoreboard import Outcome, Scoreboard, load_level
 from proxy.tasks import FIM_TASK, ROUTED_TASKS
+from proxy.tokens import FEW_CHARS_PER_TOKEN
 from proxy.traffic import UserTraffic
 from proxy.workload import WorkloadRequest, of_task
 
 log = get_logger("calibration")
-
-# Characters per token, rounded down, so that a prompt's token count is over- not underestimated.
-_CHARS_PER_TOKEN = 3
 
 
 def calibration_requests(task: str, count: int, max_prompt_tokens: int) -> list[WorkloadRequest]:
@@ -33,7 +31,7 @@ def calibration_requests(task: str, count: int, max_prompt_tokens: int) -> list[
     instead of requests it could not read.
     """
     fitting = [
-        r for r in of_task(task) if r.prompt_chars() // _CHARS_PER_TOKEN <= max_prompt_tokens
+        r for r in of_task(task) if r.prompt_chars() // FEW_CHARS_PER_TOKEN <= max_prompt_tokens
     ]
     if fitting:
         return fitting[:count]

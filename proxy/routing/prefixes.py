@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.backends.backend import Placement
+from proxy.tokens import TYPICAL_CHARS_PER_TOKEN
 
 # Blocks of a long string (a `/v1/completions` prompt) are cut at this many characters, so two
 # prompts that share the start of one string still share fingerprints.
@@ -29,9 +30,6 @@ _UNREAD_KEYS = frozenset({"cache_control", "id", "status"})
 # prompts in RAM (--cache-ram) and restores them; the default's holds eight agent sessions'
 # 20 k-token prompts and their side requests' shorter ones.
 _KEPT_BEYOND_SLOTS = 16
-# Characters per token before any request of a backend was measured (code and English text
-# with Qwen's and SmolLM's tokenizers: 3.2-4.2).
-_CHARS_PER_TOKEN = 3.6
 # Below this many cached tokens a prefix saves less than a request's own overhead: such
 # requests are spread over servers and slots by load, not held where they ran before.
 WORTH_FOLLOWING_TOKENS = 256
@@ -170,7 +168,7 @@ class PrefixCache:
             on, placement = self._sessions[session]
             if on == backend and placement.url in urls:
                 where = placement
-        ratio = self._chars_per_token.get(backend, _CHARS_PER_TOKEN)
+        ratio = self._chars_per_token.get(backend, TYPICAL_CHARS_PER_TOKEN)
         return Cached(int(best_chars / ratio), where)
 
     def record(
@@ -201,11 +199,6 @@ class PrefixCache:
             self._sessions[session] = (backend, placement)
             while len(self._sessions) > 4096:
                 self._sessions.pop(next(iter(self._sessions)))
-
-    def forget(self, backend: str) -> None:
-        """Drop what a backend held: it restarted, and its caches with it."""
-        self._held.pop(backend, None)
-        self._sessions = {k: v for k, v in self._sessions.items() if v[0] != backend}
 
     def held_prompts(self, backend: str) -> Sequence[PromptPrefix]:
         """The prompts this backend is taken to hold, oldest first."""

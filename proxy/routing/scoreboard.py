@@ -6,7 +6,7 @@ import json
 import math
 import os
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from proxy.llamacpp import Timings
@@ -130,14 +130,6 @@ class Rate:
     def tokens_per_s(self) -> float:
         """Tokens per second over the decayed samples."""
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
-
-
-@dataclass
-class _Cells:
-    """The estimates of one table: quiet samples and contended samples kept apart."""
-
-    quiet: dict[tuple[str, str, int], Estimate] = field(default_factory=dict)
-    noisy: dict[tuple[str, str, int], Estimate] = field(default_factory=dict)
 
 
 class Scoreboard:
