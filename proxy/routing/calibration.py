@@ -84,7 +84,9 @@ async def calibrate(
         todo += [step for turn in zip_longest(*per_backend) for step in turn if step]
     sent = 0
     refused: set[tuple[str, str]] = set()
-    yielded: set[int] = set()
+    # A request a user's arrival cancelled goes again at the end, once: users arriving every
+    # few seconds would otherwise cancel a long one over and over, and calibration never end.
+    planned = len(todo)
     for i, (backend, task, request) in enumerate(todo, 1):
         if not backend.ready or (backend.name, task) in refused:
             continue
@@ -116,10 +118,8 @@ async def calibrate(
             log.warning("calibration request failed", backend=backend.name, error=str(exc))
             continue
         if answer.status is None:
-            # A user's request arrived: this one goes again at the end, once.
             log.info("calibration yields to a user's request", backend=backend.name, task=task)
-            if i not in yielded:
-                yielded.add(i)
+            if i <= planned:
                 todo.append((backend, task, request))
             continue
         resp_status = answer.status
