@@ -11,23 +11,18 @@ from typing import Literal
 
 
 class UserTraffic:
-    """A count of users' requests in progress, with waits for quiet and for the next arrival."""
+    """A count of users' requests in progress, and a wait for none."""
 
     def __init__(self) -> None:
         self.active = 0
         self._quiet = asyncio.Event()
         self._quiet.set()
-        self._arrivals: list[asyncio.Future[None]] = []
 
     @contextlib.contextmanager
     def request(self) -> Iterator[None]:
         """Count one user's request for as long as it is in the proxy, waiting or running."""
         self.active += 1
         self._quiet.clear()
-        arrivals, self._arrivals = self._arrivals, []
-        for future in arrivals:
-            if not future.done():
-                future.set_result(None)
         try:
             yield
         finally:
@@ -38,16 +33,6 @@ class UserTraffic:
     async def quiet(self) -> None:
         """Return once no user's request is waiting or running."""
         await self._quiet.wait()
-
-    async def arrival(self) -> None:
-        """Return when the next user's request arrives."""
-        future = asyncio.get_running_loop().create_future()
-        self._arrivals.append(future)
-        try:
-            await future
-        finally:
-            with contextlib.suppress(ValueError):
-                self._arrivals.remove(future)
 
 
 @dataclass

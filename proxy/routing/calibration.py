@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from itertools import zip_longest
-from typing import Any
 
 import aiohttp
 
@@ -62,11 +60,11 @@ async def calibrate(
     edit's answer is a whole file. Cells already holding that many samples (a saved
     scoreboard) are skipped. Returns the number of measurements recorded.
 
-    Users come first: each request waits until no user's request is waiting or running, and
-    one that a user's request arrives during is cancelled and sent again later. Routing looks
-    past a calibration request (`background`), so no user's request goes where it is only
-    because calibration holds the device there. A sample that shared its device anyway (a
-    user's request joining its engine's batch) is filed at the load it ran at.
+    Users come first: each request waits until no user's request is waiting or running, and a
+    user's request arriving meanwhile waits at most for the one decoding. Routing looks past a
+    calibration request (`background`), so no user's request goes where it is only because
+    calibration holds the device there. A sample that shared its device anyway (a user's
+    request joining its engine's batch) is filed at the load it ran at.
     """
     budget = {"echo": echo_tokens or max_tokens}
     # Prompt by prompt, every backend in turn: a machine whose speed drifts over minutes (a
@@ -84,52 +82,35 @@ async def calibrate(
         todo += [step for turn in zip_longest(*per_backend) for step in turn if step]
     sent = 0
     refused: set[tuple[str, str]] = set()
-    # A request a user's arrival cancelled goes again at the end, once: users arriving every
-    # few seconds would otherwise cancel a long one over and over, and calibration never end.
-    planned = len(todo)
     for i, (backend, task, request) in enumerate(todo, 1):
         if not backend.ready or (backend.name, task) in refused:
             continue
-        await traffic.quiet()
-        answer = _Answer()
-        body: Any = {}
+        # Users first: a request of theirs that arrives while this one decodes waits for it
+        # (its device admits in arrival order), never for the next.
+        if traffic.active:
+            log.info("calibration waits for users' requests", waiting_for=traffic.active)
+            await traffic.quiet()
         try:
-            async with backend.slot(settled=answer.settled, background=True) as use:
+            async with backend.slot(background=True) as use:
                 # A backend sharing an engine's process decodes as its own fields say.
                 payload = {
                     **request.with_sampling(budget.get(task, max_tokens)),
                     **backend.speculation,
                 }
                 start = meter.snapshot()
-                post = asyncio.ensure_future(_post(session, use.base_url + request.path, payload))
-                arrival = asyncio.ensure_future(traffic.arrival())
-                try:
-                    await asyncio.wait({post, arrival}, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    arrival.cancel()
-                    if not post.done():
-                        # Closing the connection is what stops llama-server's work on it.
-                        post.cancel()
-                        post.add_done_callback(_retrieved)
-                if post.done() and not post.cancelled():
-                    answer.status, body = post.result()
+                async with session.post(f"{use.base_url}{request.path}", json=payload) as resp:
+                    body = await resp.json() if resp.status == 200 else {}
                 contended = meter.contended(start, meter.snapshot())
         except (aiohttp.ClientError, TimeoutError, ValueError, BackendSaturatedError) as exc:
             log.warning("calibration request failed", backend=backend.name, error=str(exc))
             continue
-        if answer.status is None:
-            log.info("calibration yields to a user's request", backend=backend.name, task=task)
-            if i <= planned:
-                todo.append((backend, task, request))
-            continue
-        resp_status = answer.status
-        if resp_status != 200:
+        if resp.status != 200:
             # A model without FIM tokens answers /infill with 501: fim stays unmeasured.
             log.warning(
                 "calibration request refused",
                 backend=backend.name,
                 task=task,
-                status=resp_status,
+                status=resp.status,
             )
             refused.add((backend.name, task))
             continue
@@ -157,27 +138,3 @@ async def calibrate(
             draft_n_accepted=timings.draft_n_accepted,
         )
     return sent
-
-
-class _Answer:
-    """How a calibration request ended: its status, None while unanswered or cancelled."""
-
-    def __init__(self) -> None:
-        self.status: int | None = None
-
-    def settled(self) -> bool:
-        """Whether llama-server finished it (else the device waits for the process to idle)."""
-        return self.status is not None
-
-
-async def _post(
-    session: aiohttp.ClientSession, url: str, payload: dict[str, Any]
-) -> tuple[int, Any]:
-    async with session.post(url, json=payload) as resp:
-        return resp.status, (await resp.json() if resp.status == 200 else {})
-
-
-def _retrieved(task: asyncio.Future[Any]) -> None:
-    """Take a cancelled request's outcome, so that its failure is not reported as unhandled."""
-    if not task.cancelled():
-        task.exception()
