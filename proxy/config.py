@@ -433,6 +433,12 @@ class Settings(BaseSettings):
         description="how much faster than plain decoding a speculative backend must measure "
         "for auto to prefer it (0.05: 5 %)",
     )
+    share_prefixes: bool = Field(
+        default=True,
+        description="a request whose prompt starts like one its engine is computing now (the "
+        "same agent's system prompt and tools, from another session) waits for it and reuses "
+        "it, for at most as long as computing that start again would take",
+    )
     devices: dict[str, DeviceConfig] = Field(
         default_factory=dict,
         description="budgets of the devices backends share (default: cpu = its cores, else 1)",

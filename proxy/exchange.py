@@ -76,6 +76,8 @@ class Exchange:
     fit_wait_s: float = 0.0
     # choose
     route: Route | None = None
+    # Seconds waiting for another request on the engine to compute the start of this prompt.
+    prefix_wait_s: float = 0.0
     # admit
     admission: Admission | None = None
     # Seconds from asking the backend for a slot to holding it (the device and the queue), over
@@ -102,10 +104,14 @@ class Exchange:
 
     def own_s(self, now: float) -> float:
         """Seconds the proxy itself spent on the request: all of it but the waits on others
-        (the client's body, token counting, room, device and slot, the backend, the client
-        taking the answer)."""
+        (the client's body, token counting, room, a shared prefix, device and slot, the
+        backend, the client taking the answer)."""
         waited = (
-            self.body_wait_s + self.fit_wait_s + self.admit_wait_s + self.failed_attempts_wait_s
+            self.body_wait_s
+            + self.fit_wait_s
+            + self.prefix_wait_s
+            + self.admit_wait_s
+            + self.failed_attempts_wait_s
         )
         if self.upstream is not None:
             waited += self.upstream.waited_s

@@ -64,7 +64,13 @@ def build_app(
         explore_share=settings.explore_share,
         speculation_margin=settings.speculation_margin,
     )
-    app[ROUTER] = Router(TaskClassifier(), policy, scoreboard, ModelAliases(settings.model_aliases))
+    app[ROUTER] = Router(
+        TaskClassifier(),
+        policy,
+        scoreboard,
+        ModelAliases(settings.model_aliases),
+        share_prefixes=settings.share_prefixes,
+    )
     # The proxy's own llama-servers are not "other programs" to the contention meter.
     app[CPU] = CpuMeter(lambda: [b.pid for b in app[POOL]] if POOL in app else [])
     app[RECENT] = RecentRequests()

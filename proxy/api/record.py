@@ -62,6 +62,8 @@ def _log(app: web.Application, exchange: Exchange, outcome: Outcome, timings: Ti
         duration_s=round(upstream.duration_s, 3),
         device=admission.device if admission is not None else route.backend.device.name,
         device_wait_s=round(admission.device_wait_s, 3) if admission is not None else 0.0,
+        # Waiting for another request to compute the prompt's start, which this one reused.
+        prefix_wait_s=round(exchange.prefix_wait_s, 3) or None,
         error=upstream.error,
         **({"body": exchange.body} if app[SETTINGS].log_prompts else {}),
     )

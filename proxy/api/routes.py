@@ -351,30 +351,35 @@ async def _admit_and_relay(
     meter = app[CPU]
     use: SlotUse | None = None
     target = ""  # the server the request went to: a replica of an external backend
-    asked = time.monotonic()
+    router = app[ROUTER]
+    shares = surface.uses_slot
+    computing = router.computing(exchange, fit.prompt_tokens) if shares else nullcontext(0.0)
     try:
-        async with hold as use:
-            exchange.admit_wait_s += time.monotonic() - asked
-            admission = exchange.admission = Admission.of(use, backend.limit)
-            target = admission.placement.url
-            headers["X-Specproxy-Device"] = admission.device
-            headers["X-Specproxy-Device-Wait"] = f"{admission.device_wait_s:.3f}"
-            started = meter.snapshot()
-            try:
-                response = await relay(
-                    request,
-                    app[UPSTREAM],
-                    backend.name,
-                    target + surface.path,
-                    body,
-                    headers,
-                    timeouts,
-                    upstream,
-                    surface.wire,
-                    reuse=backend.spec.our_build,
-                )
-            finally:
-                exchange.contended = meter.contended(started, meter.snapshot())
+        async with computing as prefix_wait_s:
+            exchange.prefix_wait_s += prefix_wait_s
+            asked = time.monotonic()
+            async with hold as use:
+                exchange.admit_wait_s += time.monotonic() - asked
+                admission = exchange.admission = Admission.of(use, backend.limit)
+                target = admission.placement.url
+                headers["X-Specproxy-Device"] = admission.device
+                headers["X-Specproxy-Device-Wait"] = f"{admission.device_wait_s:.3f}"
+                started = meter.snapshot()
+                try:
+                    response = await relay(
+                        request,
+                        app[UPSTREAM],
+                        backend.name,
+                        target + surface.path,
+                        body,
+                        headers,
+                        timeouts,
+                        upstream,
+                        surface.wire,
+                        reuse=backend.spec.our_build,
+                    )
+                finally:
+                    exchange.contended = meter.contended(started, meter.snapshot())
     except BackendSaturatedError as exc:
         raise ApiError(
             429,

@@ -168,8 +168,7 @@ class PrefixCache:
             on, placement = self._sessions[session]
             if on == backend and placement.url in urls:
                 where = placement
-        ratio = self._chars_per_token.get(backend, TYPICAL_CHARS_PER_TOKEN)
-        return Cached(int(best_chars / ratio), where)
+        return Cached(int(best_chars / self.chars_per_token(backend)), where)
 
     def record(
         self,
@@ -199,6 +198,10 @@ class PrefixCache:
             self._sessions[session] = (backend, placement)
             while len(self._sessions) > 4096:
                 self._sessions.pop(next(iter(self._sessions)))
+
+    def chars_per_token(self, backend: str) -> float:
+        """Characters of this backend's fingerprinted prompts per token, as last measured."""
+        return self._chars_per_token.get(backend, TYPICAL_CHARS_PER_TOKEN)
 
     def held_prompts(self, backend: str) -> Sequence[PromptPrefix]:
         """The prompts this backend is taken to hold, oldest first."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeVar
 
@@ -13,6 +14,7 @@ from proxy.measurement import CLIENT_GONE
 from proxy.routing.aliases import ModelAliases
 from proxy.routing.classifier import TaskClassifier
 from proxy.routing.policy import RequestCost, RouteChoice, RoutePolicy
+from proxy.routing.prefix_sharing import PrefixSharing, Shared
 from proxy.routing.prefixes import Cached, PrefixCache
 from proxy.routing.scoreboard import Estimate, Outcome, Scoreboard, load_level
 from proxy.tasks import AUTO_MODEL, AUTO_TASK_MODELS, FIM_TASK, TASK_CLASSES
@@ -68,12 +70,14 @@ class Router:
         policy: RoutePolicy,
         scoreboard: Scoreboard,
         aliases: ModelAliases | None = None,
+        share_prefixes: bool = True,
     ):
         self.classifier = classifier
         self.policy = policy
         self.scoreboard = scoreboard
         self.aliases = aliases or ModelAliases({})
         self.prefixes = PrefixCache()
+        self.sharing = PrefixSharing(share_prefixes)
 
     def resolve_model(self, model: str) -> str:
         """The model id an alias stands for; any other id unchanged."""
@@ -179,6 +183,27 @@ class Router:
             return Route(backend, reason, 0, held[backend.name])
         backend, choice = self.choose(model, exchange.task, backends, cost)
         return Route(backend, choice.reason, choice.level, held[backend.name])
+
+    def computing(
+        self, exchange: Exchange, prompt_tokens: int
+    ) -> AbstractAsyncContextManager[float]:
+        """Hold the request while its chosen engine computes the start of its prompt for
+        another (bounded by what waiting saves), then count it as computing its own prompt
+        until the context ends; the context yields the seconds waited."""
+        route, prompt = exchange.route, exchange.prompt
+        if route is None or prompt is None:
+            return nullcontext(0.0)
+        engine = route.backend.engine
+        return self.sharing.turn(
+            Shared(
+                engine=engine,
+                prefix=prompt.prefix,
+                cached_tokens=route.cached.tokens,
+                prompt_tokens=max(prompt_tokens, route.cached.tokens),
+                chars_per_token=self.prefixes.chars_per_token(engine),
+                prompt_speed=self.prompt_speed(route.backend.name),
+            )
+        )
 
     def record(self, exchange: Exchange) -> Outcome | None:
         """Learn from a finished request: its speed, filed under the load it ran at, and where
