@@ -19,7 +19,7 @@ from proxy.backends.devices import Device
 from proxy.exchange import Exchange
 from proxy.llamacpp import METRIC_PREFIX, Timings
 from proxy.log import get_logger
-from proxy.routing.policy import RouteReason
+from proxy.routing.ranking import RouteReason
 from proxy.routing.scoreboard import Scoreboard
 from proxy.tasks import ROUTED_TASKS
 

@@ -7,8 +7,9 @@ import random
 from pathlib import Path
 
 from proxy.backends.backend import Placement
-from proxy.routing.policy import RequestCost, RoutePolicy
+from proxy.routing.policy import RoutePolicy
 from proxy.routing.prefixes import PrefixCache, PromptPrefix, session_key
+from proxy.routing.ranking import RequestCost
 from proxy.routing.scoreboard import Outcome, Scoreboard
 from tests.inprocess import proxy_in_front
 from tests.llama_double import Behaviour, start_double

@@ -4,7 +4,8 @@ each turn goes to the strategy fastest for its class at the engine's load (fast 
 from __future__ import annotations
 
 from proxy.backends.devices import Device
-from proxy.routing.policy import RequestCost, RoutePolicy
+from proxy.routing.policy import RoutePolicy
+from proxy.routing.ranking import RequestCost
 from proxy.routing.scoreboard import Scoreboard
 from tests.test_policy import Backend, measure
 

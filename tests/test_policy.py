@@ -11,13 +11,9 @@ from dataclasses import dataclass, field
 import pytest
 
 from proxy.backends.devices import Device
-from proxy.routing.policy import (
-    RequestCost,
-    RouteChoice,
-    RoutePolicy,
-    break_even_acceptance,
-    speedup,
-)
+from proxy.routing.break_even import break_even_acceptance, speedup
+from proxy.routing.policy import RoutePolicy
+from proxy.routing.ranking import RequestCost, RouteChoice
 from proxy.routing.scoreboard import Outcome, Scoreboard, load_level
 
 

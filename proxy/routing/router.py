@@ -13,9 +13,10 @@ from proxy.llamacpp import Timings
 from proxy.measurement import CLIENT_GONE
 from proxy.routing.aliases import ModelAliases
 from proxy.routing.classifier import TaskClassifier
-from proxy.routing.policy import RequestCost, RouteChoice, RoutePolicy
+from proxy.routing.policy import RoutePolicy
 from proxy.routing.prefix_sharing import PrefixSharing, Shared
 from proxy.routing.prefixes import Cached, PrefixCache
+from proxy.routing.ranking import RequestCost, RouteChoice
 from proxy.routing.scoreboard import Estimate, Outcome, Scoreboard, load_level
 from proxy.tasks import AUTO_MODEL, AUTO_TASK_MODELS, FIM_TASK, TASK_CLASSES
 
