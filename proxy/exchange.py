@@ -68,6 +68,8 @@ class Exchange:
     body: dict[str, Any] = field(default_factory=dict)
     requested_model: str | None = None
     model: str = ""
+    # The backend the model id names, looked up once; None for `auto*`.
+    pinned: Backend | None = None
     # classify: the task class (None for a passthrough) and the prompt's cache key
     task: str | None = None
     prompt: Prompt | None = None

@@ -117,7 +117,11 @@ class _Fit:
 
 
 async def _backends_that_fit(
-    app: web.Application, surface: Surface, body: dict[str, Any], body_bytes: int, model: str
+    app: web.Application,
+    surface: Surface,
+    body: dict[str, Any],
+    body_bytes: int,
+    pinned: Backend | None,
 ) -> _Fit:
     """The backends whose context holds this request's prompt; a clear 400 when none can.
 
@@ -132,7 +136,6 @@ async def _backends_that_fit(
         return _Fit(pool, 0)
     known = [b.n_ctx for b in pool if b.ready and b.n_ctx is not None]
     tokens = estimate_tokens(body_bytes)
-    pinned = backends.get(model)
     waited = 0.0
     if known and may_overflow(body_bytes, min(known)):
         ready = [b for b in pool if b.ready]
@@ -210,6 +213,7 @@ def _parse(app: web.Application, surface: Surface, raw: bytes, exchange: Exchang
     exchange.body = surface.check(_parse_json(raw))
     exchange.requested_model = exchange.body.get("model")
     exchange.model = app[ROUTER].resolve_model(exchange.requested_model or AUTO_MODEL)
+    exchange.pinned = app[POOL].get(exchange.model)
 
 
 def _classify(
@@ -264,7 +268,7 @@ def _client_speculation(app: web.Application, exchange: Exchange) -> dict[str, A
         return {}
     if exchange.model in ROUTING_MODEL_IDS:
         speculation.refuse_on_auto(fields)
-    backend = app[POOL].get(exchange.model)
+    backend = exchange.pinned
     if backend is None:
         return {}  # an unknown model: choosing it answers the 404
     checked = speculation.checked(fields, backend)
@@ -299,7 +303,7 @@ async def _serve(request: web.Request, surface: Surface, exchange: Exchange) -> 
     # The body as llama-server takes it (a client's shape adjusted), made once.
     shaped = surface.upstream(exchange.body)
     _classify(app, surface, request.headers, shaped, exchange)
-    fit = await _backends_that_fit(app, surface, shaped, len(raw), exchange.model)
+    fit = await _backends_that_fit(app, surface, shaped, len(raw), exchange.pinned)
     exchange.fit_wait_s = fit.waited_s
     body = _upstream_body(surface, exchange.body, shaped)
     budget = answer_budget(exchange.body)
@@ -313,7 +317,7 @@ async def _serve(request: web.Request, surface: Surface, exchange: Exchange) -> 
             return await _admit_and_relay(request, surface, exchange, route, fit, sent)
         except ApiError as exc:
             # A pinned request may try again only on another replica of its backend.
-            pinned_down = route.reason == "pinned" and not route.backend.ready
+            pinned_down = exchange.pinned is not None and not route.backend.ready
             if exc.code != "backend_unreachable" or pinned_down or attempt == 2:
                 raise
     raise AssertionError("unreachable")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, replace
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from proxy.backends.backend import Backend, RoutableBackend
 from proxy.exchange import Exchange, Route
@@ -20,8 +20,6 @@ from proxy.routing.ranking import RequestCost, RouteChoice
 from proxy.routing.scoreboard import Estimate, Outcome, Scoreboard, load_level
 from proxy.tasks import AUTO_MODEL, AUTO_TASK_MODELS, FIM_TASK, TASK_CLASSES
 
-# How a request that needs any backend, not the fastest one, found it.
-AnyReason = Literal["pinned", "least_busy"]
 # The caller's own backend type: what it gives the router is what the router hands back.
 B = TypeVar("B", bound=RoutableBackend)
 
@@ -104,47 +102,24 @@ class Router:
         return str(self.classifier.classify(body))
 
     def choose(
-        self,
-        model: str,
-        task: str,
-        backends: Sequence[B],
-        cost: RequestCost | None = None,
+        self, task: str, backends: Sequence[B], cost: RequestCost | None = None
     ) -> tuple[B, RouteChoice]:
-        """The backend for this request; raises UnknownModelError or NoBackendError."""
-        by_name = {b.name: b for b in backends}
-        if model in by_name:
-            pinned = by_name[model]
-            if not pinned.ready:
-                raise NoBackendError(f"backend {model!r} is not ready")
-            return pinned, RouteChoice(model, "pinned", self.policy.level(pinned, backends))
-        if model != AUTO_MODEL and model not in AUTO_TASK_MODELS:
-            raise UnknownModelError(model)
+        """The fastest backend for this request's task and cost; raises NoBackendError."""
         choice = self.policy.choose(task, backends, cost)
         if choice is None:
             raise NoBackendError("no backend is ready")
-        return by_name[choice.backend], choice
+        return next(b for b in backends if b.name == choice.backend), choice
 
-    def choose_any(
-        self,
-        model: str,
-        backends: Sequence[B],
-        cost: RequestCost | None = None,
-    ) -> tuple[B, AnyReason]:
+    @staticmethod
+    def choose_any(backends: Sequence[B], cost: RequestCost | None = None) -> B:
         """A ready backend for a request every backend answers alike (the model is shared)."""
-        by_name = {b.name: b for b in backends}
-        if model in by_name:
-            if not by_name[model].ready:
-                raise NoBackendError(f"backend {model!r} is not ready")
-            return by_name[model], "pinned"
-        if model != AUTO_MODEL and model not in AUTO_TASK_MODELS:
-            raise UnknownModelError(model)
         ready = [b for b in backends if b.ready]
         if not ready:
             raise NoBackendError("no backend is ready")
         # One that starts at once on its device first: another would wait for, or crowd, it;
         # among those, the one holding most of the prompt (an embedding of a long document).
         held = cost.cached if cost is not None else {}
-        best = min(
+        return min(
             ready,
             key=lambda b: (
                 not b.device.admits_past_background(b.name),
@@ -152,7 +127,6 @@ class Router:
                 -held.get(b.name, 0),
             ),
         )
-        return best, "least_busy"
 
     def route(
         self,
@@ -179,10 +153,18 @@ class Router:
             quiet=quiet,
             agent=prompt.agent if prompt is not None else None,
         )
+        pinned = exchange.pinned
+        if pinned is not None:
+            if not pinned.ready:
+                raise NoBackendError(f"backend {pinned.name!r} is not ready")
+            level = self.policy.level(pinned, backends) if exchange.task is not None else 0
+            return Route(pinned, "pinned", level, held[pinned.name])
+        if model != AUTO_MODEL and model not in AUTO_TASK_MODELS:
+            raise UnknownModelError(model)
         if exchange.task is None:
-            backend, reason = self.choose_any(model, backends, cost)
-            return Route(backend, reason, 0, held[backend.name])
-        backend, choice = self.choose(model, exchange.task, backends, cost)
+            backend = self.choose_any(backends, cost)
+            return Route(backend, "least_busy", 0, held[backend.name])
+        backend, choice = self.choose(exchange.task, backends, cost)
         return Route(backend, choice.reason, choice.level, held[backend.name])
 
     def computing(
