@@ -7,7 +7,7 @@ Besides each request ("chat:<task>"), every answer fires "tps:<task>:<backend>" 
 column = generation tokens/s, length = tokens) and, when streaming, "ttft:<task>:<backend>"
 (time to first token, ms).  --results-file keeps every request as a JSON line.
 
-AgentSessionUser runs coding-agent sessions (loadtests/sessions.py), each user its own growing
+AgentSessionUser runs coding-agent sessions (loadtests/sessions/), each user its own growing
 conversation with the answers really replayed; its task is "agent-<shape>", and every turn also
 fires "cached:agent-<shape>:<backend>" (response time column = % of the prompt served from cache):
     locust -f loadtests/locustfile.py --headless -u 4 -r 4 -t 900s --host http://127.0.0.1:8080 \

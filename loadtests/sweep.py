@@ -4,7 +4,7 @@ python -m loadtests.sweep --url http://127.0.0.1:8080 --out loadtest-results/
 
 Task classes are the prompt classes (code, prose, echo) and, asked for by name, coding-agent
 sessions (agent-edit-heavy, agent-explain, agent-mixed): N agents at once, each running one
-session of --session-turns turns (loadtests/sessions.py). Agent cells also run the mode
+session of --session-turns turns (loadtests/sessions/). Agent cells also run the mode
 llama-server: a bare llama-server, started for the cell, as the baseline.
 """
 
