@@ -1,6 +1,6 @@
 """Session benchmark: agent sessions through auto, each backend pinned, and bare llama-server.
 
-Replays the sessions of ``loadtests/sessions.py`` (a long agent system prompt with tools, a
+Replays the sessions of ``loadtests/sessions/`` (a long agent system prompt with tools, a
 generated repository, scripted turns whose answers are the model's real ones) against each mode
 in turn, N sessions at once for each level N of ``--concurrency`` (several agents, or an agent
 and its sub-agents, on one server):

@@ -1,14 +1,22 @@
-"""Whether a prompt fits a backend's context: counted by llama-server only when it may not."""
+"""Whether a prompt fits a backend's context (counted by llama-server only when it may not),
+and which backends have room for it now."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+from aiohttp import web
 
 from proxy.api.errors import ApiError
+from proxy.api.state import POOL, SESSION, SETTINGS
+from proxy.api.surfaces import Surface
+from proxy.backends.backend import Backend
 from proxy.tokens import FEW_CHARS_PER_TOKEN
 
 # llama-server's own counters of a request's prompt tokens, by surface (the chat template and
@@ -86,3 +94,75 @@ def answer_budget(body: Mapping[str, Any]) -> int | None:
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return None
+
+
+_ROOM_POLL_S = 0.25
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The backends a request may go to, and the KV tokens it will hold on the one it takes."""
+
+    backends: list[Backend]
+    tokens: int
+    prompt_tokens: int = 0
+    # Seconds spent waiting on others: llama-server counting the prompt, room in the cache.
+    waited_s: float = 0.0
+
+
+async def backends_that_fit(
+    app: web.Application,
+    surface: Surface,
+    body: dict[str, Any],
+    body_bytes: int,
+    pinned: Backend | None,
+) -> Fit:
+    """The backends whose context holds this request's prompt; a clear 400 when none can.
+
+    Only a body long enough that it might not fit is counted (by llama-server, template and
+    tools included), so short requests pay nothing; theirs is estimated from their size. Where
+    the slots of a backend share one KV cache, a long prompt waits until the requests in flight
+    leave it room, rather than fail mid-prompt.
+    """
+    backends = app[POOL]
+    pool = list(backends)
+    if not surface.generates:
+        return Fit(pool, 0)
+    known = [b.n_ctx for b in pool if b.ready and b.n_ctx is not None]
+    tokens = estimate_tokens(body_bytes)
+    waited = 0.0
+    if known and may_overflow(body_bytes, min(known)):
+        ready = [b for b in pool if b.ready]
+        counter = pinned if pinned is not None and pinned.ready else ready[0]
+        counting = time.monotonic()
+        counted = await count_prompt_tokens(app[SESSION], counter.base_url, surface.endpoint, body)
+        waited += time.monotonic() - counting
+        tokens = counted if counted is not None else tokens
+        # llama-server refuses a prompt of n_ctx tokens or more; the answer may use the rest.
+        fit = [b for b in pool if b.n_ctx is None or b.n_ctx > tokens]
+        if pinned is not None and pinned not in fit:
+            raise too_long(tokens, pinned.n_ctx or 0, pinned.name)
+        if not fit:
+            raise too_long(tokens, max(known), None)
+        pool = fit
+    held = tokens + ANSWER_RESERVE
+    candidates = [pinned] if pinned is not None else pool
+    deadline = time.monotonic() + app[SETTINGS].request_timeout_s
+    while time.monotonic() < deadline:
+        # An empty backend always has room for what fits it at all.
+        room = [
+            b
+            for b in candidates
+            if b.context_free is None or b.context_free >= min(held, b.n_ctx or held)
+        ]
+        if room:
+            return Fit(room if pinned is None else pool, held, tokens, waited)
+        await asyncio.sleep(_ROOM_POLL_S)
+        waited += _ROOM_POLL_S
+    raise ApiError(
+        503,
+        f"no backend has room for this request's {tokens} prompt tokens beside the requests "
+        "in flight; retry when they finish",
+        code="context_busy",
+        headers={"Retry-After": "5"},
+    )

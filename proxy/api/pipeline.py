@@ -1,0 +1,308 @@
+"""The request pipeline of every relayed surface: parse, classify, choose, admit, relay, record."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import nullcontext
+from typing import Any
+
+from aiohttp import web
+
+from proxy.api import speculation
+from proxy.api.context_fit import Fit, answer_budget, backends_that_fit
+from proxy.api.errors import REQUEST_ID, ApiError
+from proxy.api.record import record
+from proxy.api.relay import RelayTimeouts, relay
+from proxy.api.state import CPU, POOL, ROUTER, SETTINGS, TRAFFIC, UPSTREAM
+from proxy.api.surfaces import Surface
+from proxy.backends.backend import BackendSaturatedError, SlotUse
+from proxy.exchange import Admission, Exchange, Prompt, Route
+from proxy.measurement import CLIENT_GONE, Measurement
+from proxy.routing.agent_turns import session_intent
+from proxy.routing.prefixes import PromptPrefix, session_key
+from proxy.routing.router import NoBackendError, UnknownModelError
+from proxy.tasks import AUTO_MODEL, AUTO_TASK_MODELS, ROUTING_MODEL_IDS
+
+
+def _parse_json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ApiError(
+            400, "the request body is not valid UTF-8", code="invalid_encoding"
+        ) from None
+    except ValueError as exc:
+        raise ApiError(
+            400, f"the request body is not valid JSON: {exc}", code="invalid_json"
+        ) from None
+
+
+def handler(surface: Surface) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """The aiohttp handler of one surface."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        return await _complete(request, surface)
+
+    handle.__doc__ = f"POST {surface.path}."
+    return handle
+
+
+async def _complete(request: web.Request, surface: Surface) -> web.StreamResponse:
+    """Serve one request and record it exactly once, errors included."""
+    exchange = Exchange(
+        surface.endpoint,
+        request.get(REQUEST_ID) or uuid.uuid4().hex[:16],
+        generates=surface.generates,
+    )
+    try:
+        with request.app[TRAFFIC].request():
+            response = await _serve(request, surface, exchange)
+        upstream = exchange.upstream
+        # A client that left before the end got no answer, however the relay returned.
+        gone = upstream is not None and upstream.error == CLIENT_GONE and not exchange.answered
+        exchange.status = 499 if gone else upstream.status if upstream is not None else 200
+        return response
+    except (ApiError, web.HTTPException) as exc:
+        exchange.status = exc.status
+        raise
+    except asyncio.CancelledError:
+        # "client closed request", as nginx counts it; unless it had the whole answer.
+        upstream = exchange.upstream
+        exchange.status = upstream.status if upstream is not None and exchange.answered else 499
+        raise
+    except Exception:
+        exchange.status = 500
+        raise
+    finally:
+        record(request.app, exchange)
+
+
+def _agent_intent(view: Mapping[str, Any]) -> str | None:
+    """For an agent's turn (a request offering tools), what its session's first instruction asks."""
+    messages = view.get("messages")
+    if not view.get("tools") or not isinstance(messages, list):
+        return None
+    return session_intent(messages)
+
+
+def _choose(app: web.Application, exchange: Exchange, fit: Fit, budget: int | None) -> Route:
+    """The router's choice (by the whole request's cost for a task, else any ready backend),
+    refusals as errors."""
+    pool, model = app[POOL], exchange.model
+    try:
+        return app[ROUTER].route(
+            exchange, fit.backends, fit.prompt_tokens, budget, app[CPU].quiet_now()
+        )
+    except UnknownModelError:
+        ids = ", ".join([AUTO_MODEL, *AUTO_TASK_MODELS, *pool.names])
+        raise ApiError(
+            404,
+            f"model {model!r} does not exist; use one of: {ids} "
+            "(or map it to one with `model_aliases` in the config)",
+            code="model_not_found",
+            param="model",
+        ) from None
+    except NoBackendError as exc:
+        raise ApiError(
+            503,
+            f"{exc}; retry shortly (see GET /health)",
+            code="backend_unavailable",
+            headers={"Retry-After": "2"},
+        ) from None
+
+
+def _parse(app: web.Application, surface: Surface, raw: bytes, exchange: Exchange) -> None:
+    """Parse: the checked body and the model it names, an alias resolved."""
+    exchange.body = surface.check(_parse_json(raw))
+    exchange.requested_model = exchange.body.get("model")
+    exchange.model = app[ROUTER].resolve_model(exchange.requested_model or AUTO_MODEL)
+    exchange.pinned = app[POOL].get(exchange.model)
+
+
+def _classify(
+    app: web.Application,
+    surface: Surface,
+    headers: Mapping[str, str],
+    shaped: dict[str, Any],
+    exchange: Exchange,
+) -> None:
+    """Classify: the task class, and what the router may know of the prompt."""
+    if not surface.generates:
+        return  # a passthrough (tokenize, templates) has neither
+    view = surface.view(exchange.body)
+    try:
+        exchange.task = app[ROUTER].task_for(
+            view, exchange.model, headers.get("X-Specproxy-Task"), surface.fixed_task
+        )
+    except ValueError as exc:
+        raise ApiError(400, str(exc), code="invalid_task", param="X-Specproxy-Task") from None
+    exchange.prompt = Prompt(
+        PromptPrefix.of(shaped), session_key(exchange.body, headers), agent=_agent_intent(view)
+    )
+
+
+def _upstream_body(
+    surface: Surface, body: Mapping[str, Any], shaped: dict[str, Any]
+) -> dict[str, Any]:
+    """The body as llama-server takes it, whichever backend is chosen."""
+    if not surface.generates:
+        # A passthrough answers one JSON document; a `stream` flag would only confuse the relay.
+        return {k: v for k, v in shaped.items() if k != "stream"}
+    # Through the proxy a slot number names no particular server, and a named slot skips
+    # llama-server's own search of its slots and RAM cache (docs/routing.md). A client's
+    # speculation settings go only where _client_speculation checked them.
+    shaped = {
+        k: v for k, v in shaped.items() if k != "id_slot" and not k.startswith(speculation.PREFIX)
+    }
+    if not body.get("stream"):
+        return shaped
+    # Running timings in every streamed chunk: a stream its client abandons still measured
+    # speed and acceptance up to that point, which the scoreboard and the metrics count.
+    streamed = {"timings_per_token": True, **shaped}
+    if surface.stream_progress:
+        streamed["return_progress"] = True
+    return streamed
+
+
+def _client_speculation(app: web.Application, exchange: Exchange) -> dict[str, Any]:
+    """A client's `speculative.*` fields, checked against the backend it pinned."""
+    fields = speculation.client_fields(exchange.body)
+    if not fields or not exchange.generates:
+        return {}
+    if exchange.model in ROUTING_MODEL_IDS:
+        speculation.refuse_on_auto(fields)
+    backend = exchange.pinned
+    if backend is None:
+        return {}  # an unknown model: choosing it answers the 404
+    checked = speculation.checked(fields, backend)
+    exchange.client_speculation = bool(checked)
+    return checked
+
+
+def _headers(exchange: Exchange, route: Route) -> dict[str, str]:
+    """The X-Specproxy-* headers that tell the client where its request went."""
+    headers = {
+        "X-Specproxy-Backend": route.backend.name,
+        **({"X-Specproxy-Task": exchange.task} if exchange.task is not None else {}),
+        "X-Specproxy-Route": route.reason,
+        "X-Specproxy-Load-Level": str(route.level),
+        "X-Request-Id": exchange.request_id,
+        "X-Specproxy-Device": route.backend.device.name,
+    }
+    if exchange.requested_model is not None and exchange.model != exchange.requested_model:
+        headers["X-Specproxy-Model"] = exchange.model
+    return headers
+
+
+async def _serve(request: web.Request, surface: Surface, exchange: Exchange) -> web.StreamResponse:
+    """parse → classify → choose → admit → relay; the record step reads `exchange` after."""
+    app = request.app
+    reading = time.monotonic()
+    raw = await request.read()
+    exchange.body_wait_s = time.monotonic() - reading
+    _parse(app, surface, raw, exchange)
+    # Refused before any wait for room: a bad setting is the client's to fix at once.
+    client_speculation = _client_speculation(app, exchange)
+    # The body as llama-server takes it (a client's shape adjusted), made once.
+    shaped = surface.upstream(exchange.body)
+    _classify(app, surface, request.headers, shaped, exchange)
+    fit = await backends_that_fit(app, surface, shaped, len(raw), exchange.pinned)
+    exchange.fit_wait_s = fit.waited_s
+    body = _upstream_body(surface, exchange.body, shaped)
+    budget = answer_budget(exchange.body)
+    # An unreachable backend received nothing, so an unpinned request may try one other.
+    for attempt in (1, 2):
+        route = exchange.route = _choose(app, exchange, fit, budget)
+        try:
+            # A backend sharing its process says how its requests decode there.
+            chosen = speculation.merged(route.backend.speculation, client_speculation)
+            sent = {**body, **chosen} if surface.generates else body
+            return await _admit_and_relay(request, surface, exchange, route, fit, sent)
+        except ApiError as exc:
+            # A pinned request may try again only on another replica of its backend.
+            pinned_down = exchange.pinned is not None and not route.backend.ready
+            if exc.code != "backend_unreachable" or pinned_down or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+async def _admit_and_relay(
+    request: web.Request,
+    surface: Surface,
+    exchange: Exchange,
+    route: Route,
+    fit: Fit,
+    body: dict[str, Any],
+) -> web.StreamResponse:
+    """Admit: hold the backend's device and slot; relay: send the request, relay its answer."""
+    app = request.app
+    settings = app[SETTINGS]
+    backend = route.backend
+    headers = _headers(exchange, route)
+    if "model" in body or surface.generates:
+        body = {**body, "model": backend.name}
+    # The metrics hold it from the start: a request cancelled mid-stream still counts what
+    # it generated.
+    exchange.retry()
+    upstream = exchange.upstream = Measurement()
+    if surface.uses_slot:
+        hold = backend.slot(fit.tokens, route.cached.worth_following, lambda: upstream.settled)
+    else:
+        # A passthrough (tokenize, templates) decodes nothing: any server of the backend.
+        hold = nullcontext(SlotUse(base_url=backend.base_url, device=backend.device.name))
+    timeouts = RelayTimeouts(
+        first_token_s=settings.first_token_timeout_s,
+        idle_s=settings.idle_timeout_s,
+        whole_answer_s=settings.request_timeout_s,
+    )
+    meter = app[CPU]
+    use: SlotUse | None = None
+    target = ""  # the server the request went to: a replica of an external backend
+    router = app[ROUTER]
+    shares = surface.uses_slot
+    computing = router.computing(exchange, fit.prompt_tokens) if shares else nullcontext(0.0)
+    try:
+        async with computing as prefix_wait_s:
+            exchange.prefix_wait_s += prefix_wait_s
+            asked = time.monotonic()
+            async with hold as use:
+                exchange.admit_wait_s += time.monotonic() - asked
+                admission = exchange.admission = Admission.of(use, backend.limit)
+                target = admission.placement.url
+                headers["X-Specproxy-Device"] = admission.device
+                headers["X-Specproxy-Device-Wait"] = f"{admission.device_wait_s:.3f}"
+                started = meter.snapshot()
+                try:
+                    response = await relay(
+                        request,
+                        app[UPSTREAM],
+                        backend.name,
+                        target + surface.path,
+                        body,
+                        headers,
+                        timeouts,
+                        upstream,
+                        surface.wire,
+                        reuse=backend.spec.our_build,
+                    )
+                finally:
+                    exchange.contended = meter.contended(started, meter.snapshot())
+    except BackendSaturatedError as exc:
+        raise ApiError(
+            429,
+            f"{exc}; retry after a moment, or raise max_concurrency / max_queue in the config",
+            code="backend_saturated",
+            headers={"Retry-After": "1"},
+        ) from None
+    finally:
+        if use is not None:
+            exchange.mean_load = use.mean_load
+        # Only a lost connection says the server may be gone, and only until its health check
+        # says otherwise; a bad answer or a slow connect is this request's failure alone.
+        if upstream.connection_lost:
+            backend.mark_down(target)
+    return response
