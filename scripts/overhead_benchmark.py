@@ -4,10 +4,10 @@
     .venv/bin/python scripts/overhead_benchmark.py --clients 1,10 --seconds 5 --streams 1000 \\
         --skip-litellm --out /tmp/overhead.md
 
-The upstream is scripts/instant_upstream.py, a stub of llama-server's HTTP side that answers
-instantly (so the numbers are the proxy's cost alone, not a model's). Each target is measured
-with closed-loop clients (each sends its next request when the last one is answered, on its
-own keep-alive connection) for --seconds after a warm-up, streamed and not:
+The upstream is proxy/testing/instant_upstream.py, a stub of llama-server's HTTP side that
+answers instantly (so the numbers are the proxy's cost alone, not a model's). Each target is
+measured with closed-loop clients (each sends its next request when the last one is answered, on
+its own keep-alive connection) for --seconds after a warm-up, streamed and not:
 
     direct             the stub itself: the floor, and the check that the client is not the limit
     specproxy (stub)   `specproxy serve` with the stub as its one `url` backend, model pinned
@@ -27,299 +27,42 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import datetime
 import json
 import os
-import pstats
-import resource
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-STUB = ROOT / "scripts" / "instant_upstream.py"
-STUB_MODEL = "stub.gguf"  # what the stub calls its model (scripts/instant_upstream.py)
+from overhead import ROOT
+from overhead.client import closed_loop, many_streams, request_bytes
+from overhead.processes import Children, RssSampler, free_port, raise_open_files, wait_http
+from overhead.report import (
+    LoopRow,
+    StreamRow,
+    git_head,
+    litellm_version,
+    loop_table,
+    print_profile,
+    stream_table,
+)
+
+sys.path.insert(0, str(ROOT))  # the proxy package, from a checkout not installed
+
+from proxy.testing.llama_shapes import MODEL as STUB_MODEL
+
+STUB = "proxy.testing.instant_upstream"  # the upstream, run as `python -m`
 BACKEND = "stub"  # the specproxy backend name and the LiteLLM model name
 PROMPT = [{"role": "user", "content": "Write a haiku about a proxy that adds no latency."}]
 TARGETS = ("direct", "specproxy", "litellm")
 MODES = ("stream", "json")
-
-# --- the client (its own process: `overhead_benchmark.py client ...`) ------------------------
-
-
-class HttpConnection(asyncio.Protocol):
-    """A bare HTTP/1.1 keep-alive client connection: one request at a time, answers parsed
-    just enough (Content-Length or chunked) to know when each ends. Cheaper per request than
-    aiohttp's client, so the direct figure measures the stub and not the client."""
-
-    def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.buf = bytearray()
-        self.closed = False
-        self.must_close = False
-        self._done: asyncio.Future[tuple[int, bytes]] | None = None
-        self._reset()
-
-    def _reset(self) -> None:
-        self.status: int | None = None
-        self.length: int | None = None
-        self.chunked = False
-        self.body = bytearray()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        done = self._done
-        if done is not None and not done.done():
-            if self.status is not None and self.length is None and not self.chunked:
-                done.set_result((self.status, bytes(self.body + self.buf)))  # read to close
-            else:
-                done.set_exception(ConnectionError(f"connection lost: {exc}"))
-
-    def data_received(self, data: bytes) -> None:
-        self.buf += data
-        try:
-            self._parse()
-        except ValueError as exc:
-            if self._done is not None and not self._done.done():
-                self._done.set_exception(exc)
-            if self.transport is not None:
-                self.transport.close()
-
-    def _parse(self) -> None:
-        buf = self.buf
-        if self.status is None:
-            end = buf.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            lines = bytes(buf[:end]).decode("latin-1").split("\r\n")
-            self.status = int(lines[0].split(" ", 2)[1])
-            for line in lines[1:]:
-                name, _, value = line.partition(":")
-                name, value = name.strip().lower(), value.strip().lower()
-                if name == "content-length":
-                    self.length = int(value)
-                elif name == "transfer-encoding" and "chunked" in value:
-                    self.chunked = True
-                elif name == "connection" and value == "close":
-                    self.must_close = True
-            del buf[: end + 4]
-        if self.length is not None:
-            if len(buf) >= self.length:
-                body = bytes(buf[: self.length])
-                del buf[: self.length]
-                self._finish(body)
-            return
-        if not self.chunked:
-            self.body += buf
-            buf.clear()
-            return  # the body runs to the connection's close
-        pos = 0
-        while True:
-            eol = buf.find(b"\r\n", pos)
-            if eol < 0:
-                break
-            size = int(bytes(buf[pos:eol]).split(b";")[0], 16)
-            if size == 0:
-                if len(buf) < eol + 4:
-                    break
-                del buf[: eol + 4]
-                self._finish(bytes(self.body))
-                return
-            if len(buf) < eol + 2 + size + 2:
-                break
-            self.body += buf[eol + 2 : eol + 2 + size]
-            pos = eol + 2 + size + 2
-        del buf[:pos]
-
-    def _finish(self, body: bytes) -> None:
-        status = self.status or 0
-        self._reset()
-        if self._done is not None and not self._done.done():
-            self._done.set_result((status, body))
-
-    async def request(self, payload: bytes) -> tuple[int, bytes]:
-        """Send one request; its status and body (de-chunked)."""
-        if self.closed or self.transport is None:
-            raise ConnectionError("connection closed")
-        self._done = asyncio.get_running_loop().create_future()
-        self.transport.write(payload)
-        return await self._done
-
-    def close(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
-
-
-async def connect(host: str, port: int) -> HttpConnection:
-    loop = asyncio.get_running_loop()
-    _, conn = await loop.create_connection(HttpConnection, host, port)
-    sock = conn.transport.get_extra_info("socket") if conn.transport else None
-    if sock is not None:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return conn
-
-
-def request_bytes(host: str, port: int, path: str, body: dict[str, Any]) -> bytes:
-    data = json.dumps(body).encode()
-    head = (
-        f"POST {path} HTTP/1.1\r\n"
-        f"Host: {host}:{port}\r\n"
-        "Content-Type: application/json\r\n"
-        "Accept: */*\r\n"
-        "Authorization: Bearer sk-overhead-benchmark\r\n"
-        f"Content-Length: {len(data)}\r\n\r\n"
-    )
-    return head.encode() + data
-
-
-def answered(stream: bool, status: int, body: bytes) -> bool:
-    """Whether the answer is a whole, successful completion of the shape asked for."""
-    if status != 200:
-        return False
-    if stream:
-        return body.rstrip().endswith(b"data: [DONE]") and b'"choices"' in body
-    return body.startswith(b"{") and b'"choices"' in body
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The q-th percentile (0-100) by linear interpolation; nan for no values."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
-async def closed_loop(
-    host: str,
-    port: int,
-    payload: bytes,
-    stream: bool,
-    clients: int,
-    warmup_s: float,
-    seconds: float,
-    timeout_s: float,
-) -> dict[str, Any]:
-    """`clients` loops of request-answer on their own connections; what finished in the window."""
-    start = time.perf_counter() + warmup_s
-    end = start + seconds
-    latencies: list[float] = []
-    errors: list[str] = []
-
-    async def loop() -> None:
-        conn: HttpConnection | None = None
-        try:
-            while time.perf_counter() < end:
-                try:
-                    if conn is None or conn.closed:
-                        conn = await asyncio.wait_for(connect(host, port), timeout_s)
-                    sent = time.perf_counter()
-                    status, body = await asyncio.wait_for(conn.request(payload), timeout_s)
-                    got = time.perf_counter()
-                    if conn.must_close:
-                        conn.close()
-                        conn = None
-                    if not start <= got <= end:
-                        continue
-                    if answered(stream, status, body):
-                        latencies.append(got - sent)
-                    else:
-                        errors.append(f"{status}: {body[:200]!r}")
-                except (OSError, TimeoutError, ValueError) as exc:
-                    if start <= time.perf_counter() <= end:
-                        errors.append(f"{exc.__class__.__name__}: {exc}")
-                    if conn is not None:
-                        conn.close()
-                    conn = None
-                    await asyncio.sleep(0.01)
-        finally:
-            if conn is not None:
-                conn.close()
-
-    await asyncio.gather(*(loop() for _ in range(clients)))
-    return {
-        "completed": len(latencies),
-        "errors": len(errors),
-        "first_errors": errors[:3],
-        "rps": len(latencies) / seconds,
-        "p50_ms": 1000 * percentile(latencies, 50),
-        "p99_ms": 1000 * percentile(latencies, 99),
-    }
-
-
-async def many_streams(
-    host: str, port: int, payload: bytes, count: int, connecting: int, timeout_s: float
-) -> dict[str, Any]:
-    """`count` streams at once, each on its own connection: the connections are opened first
-    (at most `connecting` at a time, so a listen backlog never drops one), then every request
-    is sent in one go; how many streams finished, and when, from the first request sent."""
-    gate = asyncio.Semaphore(connecting)
-    durations: list[float] = []
-    errors: list[str] = []
-    open_now = 0
-    peak_open = 0
-    ended = 0.0
-
-    async def opened() -> HttpConnection | None:
-        try:
-            async with gate:
-                return await asyncio.wait_for(connect(host, port), timeout_s)
-        except (OSError, TimeoutError) as exc:
-            errors.append(f"connect: {exc.__class__.__name__}: {exc}")
-            return None
-
-    async def one(conn: HttpConnection) -> None:
-        nonlocal open_now, peak_open, ended
-        try:
-            sent = time.perf_counter()
-            open_now += 1
-            peak_open = max(peak_open, open_now)
-            try:
-                status, body = await asyncio.wait_for(conn.request(payload), timeout_s)
-            finally:
-                open_now -= 1
-            got = time.perf_counter()
-            ended = max(ended, got)
-            if answered(True, status, body):
-                durations.append(got - sent)
-            else:
-                errors.append(f"{status}: {body[:200]!r}")
-        except (OSError, TimeoutError, ValueError) as exc:
-            errors.append(f"{exc.__class__.__name__}: {exc}")
-        finally:
-            conn.close()
-
-    connecting_since = time.perf_counter()
-    conns = [c for c in await asyncio.gather(*(opened() for _ in range(count))) if c]
-    began = time.perf_counter()
-    await asyncio.gather(*(one(c) for c in conns))
-    return {
-        "completed": len(durations),
-        "errors": len(errors),
-        "first_errors": sorted(set(errors))[:3],
-        "peak_open": peak_open,
-        "connect_s": began - connecting_since,
-        "wall_s": (ended or time.perf_counter()) - began,
-        "p50_s": percentile(durations, 50),
-        "p99_s": percentile(durations, 99),
-    }
 
 
 def client_main(args: argparse.Namespace) -> None:
@@ -352,151 +95,6 @@ def client_main(args: argparse.Namespace) -> None:
     print(json.dumps(result), flush=True)
 
 
-# --- processes -------------------------------------------------------------------------------
-
-
-def raise_open_files() -> None:
-    """Thousands of streams need thousands of sockets: lift the soft limit to the hard one."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or hard > soft:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
-def free_port() -> int:
-    """A loopback port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Children:
-    """Every process the benchmark starts, each in its own process group, all ended on exit."""
-
-    def __init__(self) -> None:
-        self.processes: list[subprocess.Popen[bytes]] = []
-
-    def spawn(
-        self,
-        argv: list[str],
-        log: Path,
-        cpus: set[int] | None = None,
-        env: dict[str, str] | None = None,
-    ) -> subprocess.Popen[bytes]:
-        with log.open("ab") as out:
-            process = subprocess.Popen(
-                argv,
-                cwd=ROOT,
-                env={**os.environ, **(env or {})},
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        self.processes.append(process)
-        if cpus:
-            # Before it has started any thread or child: those inherit the affinity.
-            with contextlib.suppress(OSError):
-                os.sched_setaffinity(process.pid, cpus)
-        return process
-
-    def stop(self, process: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
-        """SIGTERM to its whole group, SIGKILL after grace_s."""
-        if process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(grace_s)
-        # Whatever the group still holds (a worker the leader left behind) goes too.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(5)
-        if process in self.processes:
-            self.processes.remove(process)
-
-    def stop_all(self) -> None:
-        for process in reversed(list(self.processes)):
-            self.stop(process)
-
-
-def wait_http(url: str, timeout_s: float, process: subprocess.Popen[bytes], log: Path) -> None:
-    """Poll url until it answers 200 (and, for specproxy's /health, status ok)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"{process.args!r} exited:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                body = resp.read()
-                if resp.status == 200 and b'"starting"' not in body and b'"loading"' not in body:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit(f"{url} not ready after {timeout_s:.0f}s:\n{log.read_text()[-3000:]}")
-
-
-def group_pids(leader: int) -> list[int]:
-    """The processes of leader's process group (a server and its workers)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[2]) == leader:  # fields: state, ppid, pgrp
-            pids.append(int(entry))
-    return pids or [leader]
-
-
-def status_kib(pid: int, key: str) -> int:
-    """A /proc/<pid>/status figure in KiB (VmRSS, VmHWM); 0 once it is gone."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-class RssSampler:
-    """The resident memory of a process group, sampled every 50 ms on a thread: its peak."""
-
-    def __init__(self, leader: int) -> None:
-        self.leader = leader
-        self.pids = group_pids(leader)
-        self.before = self.rss()
-        self.peak = self.before
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def rss(self) -> int:
-        return sum(status_kib(p, "VmRSS") for p in self.pids)
-
-    def _run(self) -> None:
-        rescan = time.monotonic() + 2
-        while not self._stop.wait(0.05):
-            if time.monotonic() > rescan:
-                self.pids = group_pids(self.leader)
-                rescan = time.monotonic() + 2
-            self.peak = max(self.peak, self.rss())
-
-    def __enter__(self) -> RssSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        if len(self.pids) == 1:  # one process: its high-water mark misses no spike
-            self.peak = max(self.peak, status_kib(self.pids[0], "VmHWM"))
-
-
 # --- the servers under test ------------------------------------------------------------------
 
 
@@ -527,7 +125,8 @@ class Bench:
         log = self.work / "stub.log"
         argv = [
             sys.executable,
-            str(STUB),
+            "-m",
+            STUB,
             "--port",
             str(self.stub_port),
             "--slow-port",
@@ -576,7 +175,7 @@ class Bench:
 
     def litellm_venv(self) -> Path:
         """LiteLLM's proxy in a venv of its own (made once, then reused)."""
-        venv = self.args.litellm_venv
+        venv: Path = self.args.litellm_venv
         marker = venv / ".specproxy-installed"
         if marker.exists() and (venv / "bin" / "litellm").exists():
             return venv
@@ -676,23 +275,6 @@ class Bench:
 # --- the run ---------------------------------------------------------------------------------
 
 
-@dataclass
-class LoopRow:
-    setting: str
-    clients: int
-    mode: str
-    result: dict[str, Any]
-
-
-@dataclass
-class StreamRow:
-    setting: str
-    streams: int
-    result: dict[str, Any]
-    rss_before_kib: int | None = None
-    rss_peak_kib: int | None = None
-
-
 def run_loops(bench: Bench, target: Target) -> list[LoopRow]:
     args = bench.args
     rows = []
@@ -751,100 +333,6 @@ def run_streams(bench: Bench, name: str) -> list[StreamRow]:
     return rows
 
 
-def fmt(value: float | None, digits: int = 1) -> str:
-    if value is None or value != value:  # None or nan
-        return "—"
-    return f"{value:,.{digits}f}"
-
-
-def loop_table(rows: list[LoopRow]) -> str:
-    by = {(r.setting, r.clients, r.mode): r.result for r in rows}
-    lines = [
-        "| setting | clients | mode | req/s | p50 ms | p99 ms | added p50 ms vs direct "
-        "| specproxy / LiteLLM req/s | errors |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in rows:
-        res = r.result
-        direct = by.get(("direct", r.clients, r.mode))
-        added = (
-            res["p50_ms"] - direct["p50_ms"]
-            if direct is not None and r.setting != "direct"
-            else None
-        )
-        litellm = by.get(("LiteLLM", r.clients, r.mode))
-        ratio = (
-            res["rps"] / litellm["rps"]
-            if litellm and litellm["rps"] > 0 and r.setting.startswith("specproxy")
-            else None
-        )
-        mode = "streamed" if r.mode == "stream" else "not streamed"
-        lines.append(
-            f"| {r.setting} | {r.clients} | {mode} | {fmt(res['rps'])} | {fmt(res['p50_ms'], 2)} "
-            f"| {fmt(res['p99_ms'], 2)} | {fmt(added, 2)} | {fmt(ratio, 2)} | {res['errors']} |"
-        )
-    return "\n".join(lines)
-
-
-def stream_table(rows: list[StreamRow]) -> str:
-    walls = {(r.setting, r.streams): r.result["wall_s"] for r in rows}
-    lines = [
-        "| setting | streams | completed | peak open | wall s | wall / direct | p50 stream s "
-        "| p99 stream s | RSS before MiB | RSS peak MiB | KiB per stream |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in rows:
-        res = r.result
-        direct = walls.get(("direct", r.streams))
-        vs = res["wall_s"] / direct if direct and r.setting != "direct" else None
-        before = r.rss_before_kib / 1024 if r.rss_before_kib is not None else None
-        peak = r.rss_peak_kib / 1024 if r.rss_peak_kib is not None else None
-        per = (
-            (r.rss_peak_kib - r.rss_before_kib) / r.streams
-            if r.rss_peak_kib is not None and r.rss_before_kib is not None
-            else None
-        )
-        lines.append(
-            f"| {r.setting} | {r.streams} | {res['completed']} | {res['peak_open']} "
-            f"| {fmt(res['wall_s'], 2)} | {fmt(vs, 2)} | {fmt(res['p50_s'], 2)} "
-            f"| {fmt(res['p99_s'], 2)} | {fmt(before)} | {fmt(peak)} | {fmt(per)} |"
-        )
-    return "\n".join(lines)
-
-
-def git_head() -> str:
-    try:
-        done = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        return done.stdout.strip() + (" (with uncommitted changes)" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def litellm_version(venv: Path) -> str:
-    done = subprocess.run(
-        [
-            str(venv / "bin" / "python"),
-            "-c",
-            "import importlib.metadata as m;print(m.version('litellm'))",
-        ],
-        capture_output=True,
-        text=True,
-    )
-    return done.stdout.strip() or "unknown"
-
-
 def report(
     bench: Bench, loops: list[LoopRow], streams: list[StreamRow], command: str, took_s: float
 ) -> str:
@@ -868,9 +356,9 @@ def report(
         f"- commit: {git_head()}",
         f"- command: `{command}`",
         f"- machine: {os.cpu_count()} CPUs ({pinning}); {versions}; took {took_s:.0f} s",
-        "- upstream: scripts/instant_upstream.py, a stub of llama-server's HTTP side that answers "
-        f"instantly (8 tokens; slow streams: {args.slow_chunks} chunks {args.slow_delay_ms:g} ms "
-        "apart), not a model",
+        "- upstream: proxy/testing/instant_upstream.py, a stub of llama-server's HTTP side that "
+        f"answers instantly (8 tokens; slow streams: {args.slow_chunks} chunks "
+        f"{args.slow_delay_ms:g} ms apart), not a model",
         "",
         f"## Closed-loop clients ({args.seconds:g} s per cell after {args.warmup:g} s warm-up)",
         "",
@@ -890,19 +378,6 @@ def report(
     if bench.notes:
         parts += ["", "Errors seen:", ""] + [f"- {n}" for n in bench.notes[:20]]
     return "\n".join(parts) + "\n"
-
-
-def print_profile(path: Path, top: int = 15) -> None:
-    """The proxy's own functions by cumulative time."""
-    stats = pstats.Stats(str(path))
-    rows = []
-    for (filename, line, func), (_cc, nc, _tt, ct, _callers) in stats.stats.items():  # type: ignore[attr-defined]
-        if f"{os.sep}proxy{os.sep}" in filename and str(ROOT) in filename:
-            rows.append((ct, nc, f"{Path(filename).relative_to(ROOT)}:{line}({func})"))
-    rows.sort(reverse=True)
-    print(f"\ntop {top} cumulative functions in proxy/ ({path}):", file=sys.stderr)
-    for ct, nc, where in rows[:top]:
-        print(f"  {ct:8.3f} s  {nc:>9} calls  {where}", file=sys.stderr)
 
 
 def csv_ints(text: str) -> list[int]:

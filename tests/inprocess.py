@@ -1,6 +1,6 @@
-"""The proxy built in-process in front of llama-server stubs (tests/llama_double.py): the fast
-tier's harness. No llama-server, no model, no subprocess: tests using only this run in the
-`-m "not integration"` tier (tests/conftest.py marks only tests of real-backend fixtures)."""
+"""The proxy built in-process in front of llama-server stubs (proxy/testing/llama_double.py):
+the fast tier's harness. No llama-server, no model, no subprocess: tests using only this run in
+the `-m "not integration"` tier (tests/conftest.py marks only tests of real-backend fixtures)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from proxy.api.state import POOL
 from proxy.backends.discovery import Resolver
 from proxy.backends.launch import prepare_backends
 from proxy.config import Settings
+from proxy.testing.llama_double import Behaviour, LlamaServerDouble, start_double
 from tests.helpers import without_specproxy_env
-from tests.llama_double import Behaviour, LlamaServerDouble, start_double
 
 
 @dataclass

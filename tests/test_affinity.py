@@ -11,8 +11,8 @@ from proxy.routing.policy import RoutePolicy
 from proxy.routing.prefixes import PrefixCache, PromptPrefix, session_key
 from proxy.routing.ranking import RequestCost
 from proxy.routing.scoreboard import Outcome, Scoreboard
+from proxy.testing.llama_double import Behaviour, start_double
 from tests.inprocess import proxy_in_front
-from tests.llama_double import Behaviour, start_double
 from tests.test_policy import Backend, measure, shared
 
 TOOLS = [{"type": "function", "function": {"name": "read_file", "parameters": {}}}]

@@ -15,8 +15,8 @@ from proxy.api.responses_stream import ResponsesStreamFix
 from proxy.api.validation import check_messages, check_responses
 from proxy.config import load_settings
 from proxy.routing.aliases import ModelAliases
+from proxy.testing.llama_double import Behaviour, start_double
 from tests.inprocess import proxy_in_front
-from tests.llama_double import Behaviour, start_double
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,8 @@ import pytest
 from proxy.api.state import ROUTER
 from proxy.backends.devices import Device, build_devices
 from proxy.config import BackendConfig, DeviceConfig, Settings
+from proxy.testing.llama_double import Behaviour
 from tests.inprocess import fast_proxy
-from tests.llama_double import Behaviour
 
 
 def cpu(*shares: tuple[str, int], capacity: int = 2) -> Device:

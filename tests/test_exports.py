@@ -116,7 +116,7 @@ def test_the_http_routes(tmp_path: Path) -> None:
 
 def test_scripts_import_nothing_from_tests() -> None:
     # Scripts run without the test suite (and its conftest) on the path.
-    for script in sorted((ROOT / "scripts").glob("*.py")):
+    for script in sorted((ROOT / "scripts").rglob("*.py")):
         for node in ast.walk(ast.parse(script.read_text(), str(script))):
             names = (
                 [a.name for a in node.names]

@@ -10,9 +10,9 @@ the in-process run); a failure names the case, how it was made, its body and the
 Two tiers, the same cases:
 
 - in-process (fast tier): the proxy built in this process in front of llama-server stubs
-  (tests/llama_double.py). 10,000 cases in seconds: what is fuzzed is the proxy's own code,
-  validation, routing, the relay and its stream fixes; a stub takes what the proxy accepts and
-  answers in llama-server's shape.
+  (proxy/testing/llama_double.py). 10,000 cases in seconds: what is fuzzed is the proxy's own
+  code, validation, routing, the relay and its stream fixes; a stub takes what the proxy accepts
+  and answers in llama-server's shape.
 - real backends (integration tier, the session proxy on SmolLM2): a few hundred cases, for what
   a stub cannot show: that nothing the proxy lets through makes llama-server fail.
 """

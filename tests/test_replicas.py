@@ -13,9 +13,9 @@ from proxy.api.state import POOL, ROUTER
 from proxy.backends.discovery import SystemResolver, discover, names_a_host, with_address
 from proxy.config import BackendConfig
 from proxy.routing.scoreboard import Outcome
+from proxy.testing.llama_double import Behaviour, start_double
 from tests.helpers import eventually, free_port
 from tests.inprocess import FastProxy, proxy_in_front
-from tests.llama_double import Behaviour, start_double
 
 HELLO = [{"role": "user", "content": "Say hello."}]
 FAST = {"health_interval_s": 0.1, "load_interval_s": 0.05}

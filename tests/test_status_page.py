@@ -25,9 +25,9 @@ import aiohttp
 import openai
 import pytest
 
+from proxy.testing.llama_double import Behaviour, start_double
 from tests.conftest import ROOT, RunningProxy
 from tests.inprocess import proxy_in_front
-from tests.llama_double import Behaviour, start_double
 
 # Where the README's screenshot comes from: `SPECPROXY_STATUS_SCREENSHOT=docs/status-page.png`.
 SCREENSHOT_ENV = "SPECPROXY_STATUS_SCREENSHOT"
