@@ -11,7 +11,8 @@ from pathlib import Path
 
 import requests
 
-from proxy.config import BackendConfig, load_settings
+from proxy.backend_config import BackendConfig
+from proxy.config import load_settings
 from proxy.provision.llama_server import ensure_llama_server
 from proxy.provision.models import resolve_model
 

@@ -26,8 +26,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from proxy.backend_config import BackendConfig
 from proxy.backends.launch import llama_server_argv
-from proxy.config import BackendConfig, Settings, load_settings
+from proxy.config import Settings, load_settings
 from proxy.llamacpp import Timings
 from proxy.prompts import REFERENCE_PROMPTS
 from proxy.provision.llama_server import ensure_llama_server

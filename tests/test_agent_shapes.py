@@ -306,10 +306,11 @@ def test_codexs_own_models_tool_items_are_left_out_for_llama_server() -> None:
 
 
 async def test_long_prompts_on_a_shared_kv_cache_are_counted_against_it() -> None:
+    from proxy.backend_config import BackendConfig
     from proxy.backends.devices import Device
     from proxy.backends.launch import LaunchSpec
     from proxy.backends.supervisor import BackendSupervisor
-    from proxy.config import BackendConfig, Settings
+    from proxy.config import Settings
 
     def supervisor(unified: bool) -> BackendSupervisor:
         cfg = BackendConfig(

@@ -7,8 +7,9 @@ from pathlib import Path
 import gguf
 import pytest
 
+from proxy.backend_config import BackendConfig
 from proxy.backends.launch import BackendConfigError, llama_server_argv, prepare_backend
-from proxy.config import BackendConfig, Settings, default_cache_dir
+from proxy.config import Settings, default_cache_dir
 from proxy.gguf import GgufError, read_gguf_info, vocab_mismatch
 
 MODELS = default_cache_dir() / "models"

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config import BackendConfig, ConfigError, load_settings
+from proxy.backend_config import BackendConfig
+from proxy.config import ConfigError, load_settings
 from proxy.routing.aliases import ModelAliases
 from proxy.routing.calibration import calibration_requests
 

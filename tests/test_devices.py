@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from proxy.api.state import ROUTER
+from proxy.backend_config import BackendConfig
 from proxy.backends.devices import Device, build_devices
-from proxy.config import BackendConfig, DeviceConfig, Settings
+from proxy.config import DeviceConfig, Settings
 from proxy.testing.llama_double import Behaviour
 from tests.inprocess import fast_proxy
 

@@ -36,8 +36,9 @@ from aiohttp import web
 
 from proxy.api.auth import OPEN_PATHS
 from proxy.api.routes import add_routes
+from proxy.backend_config import BackendConfig
 from proxy.backends.launch import llama_server_argv
-from proxy.config import BackendConfig, Settings, load_settings
+from proxy.config import Settings, load_settings
 from proxy.provision.models import CATALOG
 from tests.conftest import ROOT
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.config import BackendConfig
+from proxy.backend_config import BackendConfig
 from proxy.llamacpp import Timings, metric_value
 
 REAL = {  # a llama-server b11434 answer's timings, with drafts

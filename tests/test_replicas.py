@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from proxy.api.state import POOL, ROUTER
+from proxy.backend_config import BackendConfig
 from proxy.backends.discovery import SystemResolver, discover, names_a_host, with_address
-from proxy.config import BackendConfig
 from proxy.routing.scoreboard import Outcome
 from proxy.testing.llama_double import Behaviour, start_double
 from tests.helpers import eventually, free_port

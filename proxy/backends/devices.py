@@ -19,7 +19,8 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from proxy.config import BackendConfig, Settings
+from proxy.backend_config import BackendConfig
+from proxy.config import Settings
 from proxy.log import get_logger
 
 log = get_logger("devices")

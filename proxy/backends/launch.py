@@ -6,7 +6,8 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from proxy.config import DRAFT_MODEL_KINDS, BackendConfig, Settings
+from proxy.backend_config import DRAFT_MODEL_KINDS, BackendConfig
+from proxy.config import Settings
 from proxy.gguf import GgufError, read_gguf_info, vocab_mismatch
 from proxy.provision.llama_server import ensure_llama_server
 from proxy.provision.models import resolve_model

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from proxy.config import BackendConfig
+from proxy.backend_config import BackendConfig
 from proxy.llamacpp import DRAFT_N_MAX_SWEEP
 
 
