@@ -43,7 +43,9 @@ from typing import Any
 
 import pytest
 
+from proxy.routing import code_syntax as cs
 from proxy.routing import lexicon as lx
+from proxy.routing import phrases as ph
 from proxy.routing.classifier import TASK_CLASSES, TaskClass, TaskClassifier
 from proxy.workload import WHOLE_FILE_SYSTEM, stdlib_file
 
@@ -171,8 +173,8 @@ def test_split_is_stable_and_disjoint() -> None:
         (lx.PROSE_NOUNS, lx.PROSE_WRITE_RE, "write a {}"),
         (lx.QUESTION_OPENERS, lx.QUESTION_OPENER_RE, "{} x"),
         (lx.REQUEST_OPENERS, lx.REQUEST_OPENER_RE, "{} x"),
-        (lx.CODING_SYSTEM_PHRASES, lx.CODING_SYSTEM_RE, "you are a {}."),
-        (lx.EDIT_FORMAT_PHRASES, lx.EDIT_FORMAT_RE, "use the {} format."),
+        (cs.CODING_SYSTEM_PHRASES, cs.CODING_SYSTEM_RE, "you are a {}."),
+        (cs.EDIT_FORMAT_PHRASES, cs.EDIT_FORMAT_RE, "use the {} format."),
         (lx.NUMBER_WORDS, lx.ECHO_EXPLICIT_RE, "repeat it {} times"),
     ],
     ids=[
@@ -199,9 +201,9 @@ def test_each_word_of_a_set_is_matched_by_the_regex_built_from_it(
 def test_gate_words_cover_every_phrase() -> None:
     # A rule is tried only where its gate word occurs; every phrase must have one.
     for phrase in lx.DEICTIC_PHRASES:
-        assert lx.tokens_of(phrase)[-1] in lx.DEICTIC_WORDS
+        assert ph.tokens_of(phrase)[-1] in lx.DEICTIC_WORDS
     for noun in lx.CODE_NOUNS:
-        assert lx.tokens_of(noun)[-1] in lx.CODE_NOUN_WORDS
+        assert ph.tokens_of(noun)[-1] in lx.CODE_NOUN_WORDS
 
 
 # ------------------------------------------------------------------------- robustness

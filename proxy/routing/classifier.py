@@ -8,7 +8,9 @@ from importlib import resources
 from itertools import pairwise, repeat
 from typing import Any, Final
 
+from proxy.routing import code_syntax as cs
 from proxy.routing import lexicon as lx
+from proxy.routing import phrases as ph
 from proxy.routing.agent_turns import next_answer_class
 from proxy.routing.cues import (
     HISTORY_HEAD,
@@ -138,7 +140,7 @@ class TaskClassifier:
         if isinstance(body.get("input_prefix"), str) or isinstance(body.get("input_suffix"), str):
             return "code"
         user = self._user_text(body)
-        if ("fim" in user or "<PRE>" in user) and lx.FIM_RE.search(user):
+        if ("fim" in user or "<PRE>" in user) and cs.FIM_RE.search(user):
             return "code"
         if not user.strip():
             return "prose"
@@ -230,11 +232,11 @@ class TaskClassifier:
             feats.append("system")
             if coding_system:
                 feats.append("system:coding")
-            if lx.EDIT_FORMAT_RE.search(system):
+            if cs.EDIT_FORMAT_RE.search(system):
                 feats.append("system:edit_format")
         if history:
             feats.append("history")
-            if any(marker in text[:300] for text in history for marker in lx.FILES_IN_CHAT):
+            if any(marker in text[:300] for text in history for marker in cs.FILES_IN_CHAT):
                 feats.append("history:files")
             if "```" in history[-1]:
                 feats.append("history:last_fenced")
@@ -251,7 +253,7 @@ class TaskClassifier:
                 line
                 for line in lines
                 if line.rstrip().endswith((";", "{", "}", ")", ":"))
-                or line.lstrip().startswith(lx.LINE_KEYWORDS)
+                or line.lstrip().startswith(cs.LINE_KEYWORDS)
             ),
             20,
         )
@@ -266,7 +268,7 @@ class TaskClassifier:
         words_text = stripped.strip()
         if len(words_text) > _WORD_HEAD + _WORD_TAIL:
             words_text = words_text[:_WORD_HEAD] + " \n " + words_text[-_WORD_TAIL:]
-        tokens = words_text.encode().translate(lx.TOKEN_TABLE).decode().split()
+        tokens = words_text.encode().translate(ph.TOKEN_TABLE).decode().split()
         if tokens:
             feats.append(f"first:{tokens[0]}")
             feats.append(f"first:{tokens[0]}|payload:{pasted}")

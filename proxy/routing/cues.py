@@ -10,7 +10,9 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, Literal, TypeGuard
 
+from proxy.routing import code_syntax as cs
 from proxy.routing import lexicon as lx
+from proxy.routing import phrases as ph
 
 # Scan bounds: enough to see the instruction and a representative slice of any payload, while
 # keeping a 200 KB request about as cheap as a 2 KB one.
@@ -242,17 +244,17 @@ class RuleCues:
         syntax = lower.count(";\n") + lower.count("{\n") + lower.count("}\n")
         if syntax < 4:
             keyword_lines = (
-                line for line in lower.split("\n") if line.lstrip().startswith(lx.LINE_KEYWORDS)
+                line for line in lower.split("\n") if line.lstrip().startswith(cs.LINE_KEYWORDS)
             )
             syntax += count_upto(keyword_lines, 4 - syntax)
         if syntax < 4:
-            syntax += count_upto(lx.OPERATORS_RE.finditer(lower), 4 - syntax)
+            syntax += count_upto(cs.OPERATORS_RE.finditer(lower), 4 - syntax)
         if syntax < 4:
-            syntax += count_upto(lx.CLI_FLAG_RE.finditer(lower), 4 - syntax)
+            syntax += count_upto(cs.CLI_FLAG_RE.finditer(lower), 4 - syntax)
         if syntax < 4 and lower.count("`") >= 2:
             syntax += 1
         if syntax < 4:
-            for call in lx.CALL_RE.finditer(lower):
+            for call in cs.CALL_RE.finditer(lower):
                 if call.start() > 0 and lower[call.start() - 1].isalnum():
                     syntax += 1
         score += min(syntax, 4)
@@ -299,7 +301,7 @@ class RuleCues:
         return find_phrase(text, tokens, lx.CS_INDEX) >= 0
 
     def _has_file_path(self, text: str) -> bool:
-        for match in lx.FILE_EXTENSION_RE.finditer(text):
+        for match in cs.FILE_EXTENSION_RE.finditer(text):
             before = text[match.start() - 1] if match.start() > 0 else " "
             if before.isalnum() or before == "_":
                 return True
@@ -309,7 +311,7 @@ class RuleCues:
         cached = self._system_cache.get(system)
         if cached is not None:
             return cached
-        verdict = bool(lx.CODING_SYSTEM_RE.search(system)) or self.code_score(system, 4) >= 4
+        verdict = bool(cs.CODING_SYSTEM_RE.search(system)) or self.code_score(system, 4) >= 4
         if self._system_cache_size > 0:
             if len(self._system_cache) >= self._system_cache_size:
                 self._system_cache.clear()
@@ -338,10 +340,10 @@ def strip_fences(text: str) -> str:
 def tokenise(text: str) -> frozenset[str]:
     """Distinct words of ``text`` (already lower-cased)."""
     if not text.isascii():
-        for char in lx.UNICODE_PUNCT:
+        for char in ph.UNICODE_PUNCT:
             if char in text:
                 text = text.replace(char, " ")
-    return frozenset(text.encode().translate(lx.TOKEN_TABLE).decode().split())
+    return frozenset(text.encode().translate(ph.TOKEN_TABLE).decode().split())
 
 
 def is_mapping(value: object) -> TypeGuard[Mapping[str, Any]]:
@@ -373,7 +375,7 @@ def _occurrences(
         pos = text.find(word, pos + 1, end)
 
 
-def find_phrase(text: str, tokens: frozenset[str], index: lx.PhraseIndex) -> int:
+def find_phrase(text: str, tokens: frozenset[str], index: ph.PhraseIndex) -> int:
     """Offset of the first indexed phrase found in ``text`` (a suffix may follow), or -1."""
     for cues in index.candidates(tokens):
         for cue in cues:
@@ -399,7 +401,7 @@ def _has_debug(text: str, tokens: frozenset[str]) -> bool:
 
 def has_error_log(raw: str) -> bool:
     """A stack trace or compiler/runtime error in original case ("TypeError", "npm ERR!")."""
-    if any(marker in raw for marker in lx.ERROR_MARKERS):
+    if any(marker in raw for marker in cs.ERROR_MARKERS):
         return True
     for suffix in ("Error", "Exception"):
         pos = raw.find(suffix, 1)

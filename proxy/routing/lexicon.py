@@ -7,58 +7,10 @@ to a set is also matched by the regexes that use it: the two cannot drift apart.
 from __future__ import annotations
 
 import re
-import string
 from collections.abc import Iterable
 from typing import Final
 
-# Tokens are runs between punctuation and spaces; "+", "#" and "_" stay so that c++, c# and
-# snake_case survive.  bytes.translate + split is several times cheaper than a regex findall,
-# and than str.translate, which is slow on non-ASCII text.
-_ASCII_PUNCT: Final = bytes(c for c in string.punctuation.encode() if c not in b"+#_")
-TOKEN_TABLE: Final = bytes.maketrans(_ASCII_PUNCT, b" " * len(_ASCII_PUNCT))
-UNICODE_PUNCT: Final = "“”‘’«»–—…¿¡·"
-
-
-def words(text: str) -> frozenset[str]:
-    """The whitespace-separated words of ``text``."""
-    return frozenset(text.split())
-
-
-def tokens_of(phrase: str) -> list[str]:
-    """Tokens of a phrase as the classifier tokenises text ("one-liner" -> one, liner)."""
-    return phrase.encode().translate(TOKEN_TABLE).decode().split()
-
-
-def alternation(phrases: Iterable[str], stems: Iterable[str] = ()) -> str:
-    """A non-capturing regex group matching any phrase literally, or any stem plus letters.
-
-    Longest first, so that "these" is tried before "the".
-    """
-    literal = sorted(set(phrases), key=lambda p: (-len(p), p))
-    parts = [re.escape(p) for p in literal] + [re.escape(s) + r"\w*" for s in sorted(set(stems))]
-    return "(?:" + "|".join(parts) + ")"
-
-
-def gate_words(phrases: Iterable[str]) -> frozenset[str]:
-    """The token each phrase ends with: a phrase can occur only where that token does."""
-    return frozenset(tokens_of(p)[-1] for p in phrases if tokens_of(p))
-
-
-class PhraseIndex:
-    """Phrases by their first token, so that only phrases whose first word occurs are searched."""
-
-    __slots__ = ("cues", "keys")
-
-    def __init__(self, phrases: Iterable[str]) -> None:
-        cues: dict[str, list[str]] = {}
-        for phrase in phrases:
-            cues.setdefault(tokens_of(phrase)[0], []).append(phrase)
-        self.cues = {key: tuple(group) for key, group in cues.items()}
-        self.keys = frozenset(self.cues)
-
-    def candidates(self, tokens: frozenset[str]) -> list[tuple[str, ...]]:
-        return [self.cues[key] for key in tokens & self.keys]
-
+from proxy.routing.phrases import PhraseIndex, alternation, bounded, gate_words, words
 
 # ------------------------------------------------------------------------------- code words
 
@@ -124,11 +76,6 @@ DEICTIC_PHRASES: Final = words(
 ) | {"the following", "il seguente", "la seguente", "el siguiente"}
 DEICTIC_WORDS: Final = gate_words(DEICTIC_PHRASES)
 DEICTIC: Final = alternation(DEICTIC_PHRASES) + r"\b"
-
-
-def _w(phrases: Iterable[str], stems: Iterable[str] = ()) -> str:
-    """A word-bounded alternation."""
-    return r"\b" + alternation(phrases, stems) + r"\b"
 
 
 # Verbs that by themselves mean "give me this text back, transformed".
@@ -205,49 +152,53 @@ ECHO_RULES: Final[tuple[tuple[frozenset[str], str, bool], ...]] = (
     (TRANSFORM_VERBS, r"\w+", True),
     (AIMED_VERBS, r"\w+\b[^.\n?]{0,40}?\b" + DEICTIC, True),
     (frozenset({"write"}), r"write " + alternation(WRITE_BACK_OBJECTS) + r"\b", True),
-    (FORM_VERBS, r"\w+\b[^.\n]{0,30}" + _w(FORM_OBJECTS, FORM_OBJECT_STEMS), True),
+    (FORM_VERBS, r"\w+\b[^.\n]{0,30}" + bounded(FORM_OBJECTS, FORM_OBJECT_STEMS), True),
     (FORM_NOUNS, r"\w+", True),
-    (ADD_VERBS, r"\w+\b[^.\n]{0,30}" + _w(ADDED_THINGS, ()) + r"|\w+\b[^.\n]{0,30}\w*doc\b", True),
+    (
+        ADD_VERBS,
+        r"\w+\b[^.\n]{0,30}" + bounded(ADDED_THINGS, ()) + r"|\w+\b[^.\n]{0,30}\w*doc\b",
+        True,
+    ),
     (
         REMOVE_VERBS,
         r"\w+\b[^.\n]{0,40}"
-        + _w(REMOVE_FROM)
+        + bounded(REMOVE_FROM)
         + r"\s+"
         + DEICTIC
         + r"|\w+\b[^.\n]{0,30}"
-        + _w(REMOVED_THINGS),
+        + bounded(REMOVED_THINGS),
         True,
     ),
     (REPLACE_VERBS, r"\w+\b[^.\n]{1,80}\b(?:with|by)\b", True),
     (
         frozenset({"same"}),
-        r"same (?:\w+ ){0,2}(?:but|in|with)\b|same " + _w(SAME_ASPECTS),
+        r"same (?:\w+ ){0,2}(?:but|in|with)\b|same " + bounded(SAME_ASPECTS),
         True,
     ),
-    (SAME_WORDS, r"\w+\b[^.\n]{0,20}" + _w(BUT_WORDS), True),
+    (SAME_WORDS, r"\w+\b[^.\n]{0,20}" + bounded(BUT_WORDS), True),
     (
         frozenset({"make"}),
-        r"make\s+" + DEICTIC + r"(?:\s+[\w-]+){0,2}\s+" + _w(MAKE_COMPARATIVES),
+        r"make\s+" + DEICTIC + r"(?:\s+[\w-]+){0,2}\s+" + bounded(MAKE_COMPARATIVES),
         True,
     ),
     (
         APPLY_VERBS,
-        r"\w+\s+" + alternation(APPLY_DETERMINERS) + r"\s+(?:\w+\s+)?" + _w(APPLIED_THINGS),
+        r"\w+\s+" + alternation(APPLY_DETERMINERS) + r"\s+(?:\w+\s+)?" + bounded(APPLIED_THINGS),
         True,
     ),
     (
         RETURN_VERBS,
         r"(?:reply with|\w+)\b[^.\n]{0,25}"
-        + _w(WHOLE_ADJECTIVES)
+        + bounded(WHOLE_ADJECTIVES)
         + r"\s+(?:\w+\s+)?"
-        + _w(WHOLE_OBJECTS),
+        + bounded(WHOLE_OBJECTS),
         True,
     ),
     (BACK_VERBS, r"\w+\b[^.\n]{0,30}\bback\b", True),
     (frozenset({"return"}), r"return (?:it|them)\b", True),
     (RESULT_VERBS, r"\w+ (?:me )?(?:back )?the (?:result|new version)\b", True),
     (UNCHANGED_WORDS, r"\w+", True),
-    (frozenset({"metti"}), r"metti\b[^.\n]{0,40}\bin (?:una |un )?" + _w(LIST_FORMS), True),
+    (frozenset({"metti"}), r"metti\b[^.\n]{0,40}\bin (?:una |un )?" + bounded(LIST_FORMS), True),
     (GERMAN_REPHRASE, r"\w+\b[^.\n]{0,80}\bum\b", True),
     (
         frozenset({"füge"}),
@@ -321,18 +272,18 @@ REPEAT_OBJECTS: Final = frozenset({"this", "the following", "back"})
 RIPETI_OBJECTS: Final = frozenset({"questa", "questo", "il seguente", "la seguente"})
 COPY_OBJECTS: Final = frozenset({"the following", "this", "these", "it"})
 ECHO_EXPLICIT: Final = (
-    _w(REPEAT_VERBS)
+    bounded(REPEAT_VERBS)
     + r"[^\n]{0,120}?(?<![\w.])(?:\d+|"
     + alternation(NUMBER_WORDS)
     + r")\s*"
-    + _w(TIMES_WORDS)
+    + bounded(TIMES_WORDS)
     + r"|\brepeat after me\s*[:,\-–\"“«']"
     + r"|\brepeat "
-    + _w(REPEAT_OBJECTS)
+    + bounded(REPEAT_OBJECTS)
     + r"|\bripeti "
     + alternation(RIPETI_OBJECTS)
     + r"|\bcopy (?:out |back )?"
-    + _w(COPY_OBJECTS)
+    + bounded(COPY_OBJECTS)
     + r"|\becho (?:it |this |that |the following |the \w+ )?back\b"
 )
 EXPLICIT_GATE: Final = TIMES_WORDS | words("repeat ripeti copy echo")
@@ -351,9 +302,9 @@ REQUEST_OPENERS: Final = words(
     "can you", "could you", "would you", "will you", "mi puoi", "mi potresti", "me puedes",
     "kannst du", "könntest du", "können sie", "könnten sie",
 }  # fmt: skip
-QUESTION_OPENER: Final = r"\s*" + _w(QUESTION_OPENERS)
+QUESTION_OPENER: Final = r"\s*" + bounded(QUESTION_OPENERS)
 REQUEST_OPENER: Final = (
-    r"\s*(?:" + alternation(POLITE_PREFIXES) + r"[,!]?\s+)*" + _w(REQUEST_OPENERS)
+    r"\s*(?:" + alternation(POLITE_PREFIXES) + r"[,!]?\s+)*" + bounded(REQUEST_OPENERS)
 )
 SENTENCE: Final = r"[^.!?\n]+[.!?]?"
 SENTENCE_END: Final = r"[.!?\n]"
@@ -387,7 +338,7 @@ PRESENTATIONAL_PHRASES: Final = frozenset(
     {"here's", "heres", "here is", "here are", "this is", "these are", "ecco", "voici",
      "hier ist", "aquí está"}
 )  # fmt: skip
-PRESENTATIONAL: Final = r"\s*" + _w(PRESENTATIONAL_PHRASES) + r"[^.!?\n,;]*[:.]?\s*$"
+PRESENTATIONAL: Final = r"\s*" + bounded(PRESENTATIONAL_PHRASES) + r"[^.!?\n,;]*[:.]?\s*$"
 
 # Asking for new code: a creation verb, then a code noun in the same sentence.
 CODE_NOUNS: Final = words(
@@ -397,7 +348,7 @@ CODE_NOUNS: Final = words(
 )
 CODE_NOUN_WORDS: Final = gate_words(CODE_NOUNS)
 WRITE_VERBS: Final = CREATE_VERBS | words("give show make explain")
-CODE_WRITE: Final = r"(?:(?:give|show|make) me|(?!give|show|make)\w+)\b[^.\n]{0,60}" + _w(
+CODE_WRITE: Final = r"(?:(?:give|show|make) me|(?!give|show|make)\w+)\b[^.\n]{0,60}" + bounded(
     CODE_NOUNS
 )
 
@@ -410,7 +361,7 @@ PROSE_NOUN_WORDS: Final = gate_words(PROSE_NOUNS)
 PROSE_VERBS: Final = words(
     "write compose draft create tell give scrivi racconta componi escribe écris schreibe"
 )
-PROSE_WRITE: Final = r"(?:give me|(?!give)\w+)\b[^.\n]{0,40}" + _w(PROSE_NOUNS)
+PROSE_WRITE: Final = r"(?:give me|(?!give)\w+)\b[^.\n]{0,40}" + bounded(PROSE_NOUNS)
 NARRATIVE_PHRASES: Final = (
     "who created",
     "who invented",
@@ -468,58 +419,6 @@ TOPIC_RESET_PHRASES: Final = (
 )
 TOPIC_RESET_INDEX: Final = PhraseIndex(TOPIC_RESET_PHRASES)
 
-# ------------------------------------------------------------------------------- code syntax
-
-# Source-code syntax: statements that open a line, operators, calls, command-line flags.
-LINE_KEYWORDS: Final = (
-    *(
-        f"{word} "
-        for word in """def class import from function const let var public private protected
-        fn func package using select insert return struct impl use export async""".split()
-    ),
-    "#include",
-    "create table",
-    "@",
-)
-OPERATORS: Final = r"=>|->|::|!=|==|&&|\|\||\+=|:="
-CALL: Final = r"\([\w\s,.'\"=]{0,40}\)"
-CLI_FLAG: Final = r" --?[a-z][\w-]*(?=[ \t=]|$)"
-# A file name is an extension right after a word character: "src/app.py", "routes.ts".
-FILE_EXTENSIONS: Final = words(
-    """py js ts tsx jsx rs go java kt c cc cpp h hpp cs rb php swift sql sh yml yaml toml ini
-    cfg gradle vue svelte ipynb"""
-)
-FILE_EXTENSION: Final = r"\." + alternation(FILE_EXTENSIONS) + r"\b"
-ERROR_MARKERS: Final = (
-    "Traceback (most recent call last)",
-    "npm ERR!",
-    "panic:",
-    "Segmentation fault",
-    "error:",
-    "error[",
-)
-FIM: Final = (
-    r"<\|?fim[_▁-]?(?:prefix|suffix|middle|begin|hole|end|pad)\|?>|<｜fim▁(?:begin|hole|end)｜>"
-    r"|<(?:PRE|SUF|MID)>"
-)
-CODING_SYSTEM_PHRASES: Final = frozenset(
-    {"software engineer", "software developer", "software development", "programmer",
-     "programming assistant", "coding assistant", "code assistant", "programming", "coding",
-     "codebase", "code base", "write code", "source code", "search/replace", "developer",
-     "engineer", "assistente di programmazione", "programmazione", "programación",
-     "programmation"}
-)  # fmt: skip
-CODING_SYSTEM: Final = _w(CODING_SYSTEM_PHRASES, ("programmier",))
-# A system prompt that makes every change a copy of the code it changes: whole files, edit
-# blocks or diffs (aider's edit formats, "reply with the COMPLETE updated file").
-EDIT_FORMAT_PHRASES: Final = frozenset(
-    {"search/replace", "entire content of the updated file", "complete updated file",
-     "the entire file", "whole file", "unified diff", "diff -u", "file listing",
-     "full updated file", "complete file"}
-)  # fmt: skip
-EDIT_FORMAT: Final = _w(EDIT_FORMAT_PHRASES)
-FILES_IN_CHAT: Final = ("added these files to the chat", "*added these files to the chat*")
-
 
 # ------------------------------------------------------------------------------- compiled
 
@@ -548,10 +447,3 @@ PRESENTATIONAL_RE: Final = re.compile(PRESENTATIONAL)
 CODE_WRITE_RE: Final = re.compile(CODE_WRITE)
 PROSE_WRITE_RE: Final = re.compile(PROSE_WRITE)
 DECADE_RE: Final = re.compile(DECADE)
-OPERATORS_RE: Final = re.compile(OPERATORS)
-CALL_RE: Final = re.compile(CALL)
-CLI_FLAG_RE: Final = re.compile(CLI_FLAG, re.MULTILINE)
-FILE_EXTENSION_RE: Final = re.compile(FILE_EXTENSION)
-FIM_RE: Final = re.compile(FIM)
-CODING_SYSTEM_RE: Final = re.compile(CODING_SYSTEM, re.IGNORECASE)
-EDIT_FORMAT_RE: Final = re.compile(EDIT_FORMAT, re.IGNORECASE)
