@@ -73,8 +73,7 @@ class Exchange:
     # classify: the task class (None for a passthrough) and the prompt's cache key
     task: str | None = None
     prompt: Prompt | None = None
-    # Seconds spent waiting before the choice: llama-server counting a long prompt's tokens,
-    # and room in a shared KV cache.
+    # Seconds spent waiting before the choice: llama-server counting a long prompt's tokens.
     fit_wait_s: float = 0.0
     # choose
     route: Route | None = None
@@ -82,8 +81,8 @@ class Exchange:
     prefix_wait_s: float = 0.0
     # admit
     admission: Admission | None = None
-    # Seconds from asking the backend for a slot to holding it (the device and the queue), over
-    # every attempt.
+    # Seconds from asking the backend for a slot to holding it (the queue, room in a shared KV
+    # cache, the device), over every attempt.
     admit_wait_s: float = 0.0
     # Seconds earlier attempts waited on a backend that then failed (its connect, above all).
     failed_attempts_wait_s: float = 0.0

@@ -3,7 +3,6 @@ and which backends have room for it now."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Mapping
@@ -14,7 +13,7 @@ import aiohttp
 from aiohttp import web
 
 from proxy.api.errors import ApiError
-from proxy.api.state import POOL, SESSION, SETTINGS
+from proxy.api.state import POOL, SESSION
 from proxy.api.surfaces import Surface
 from proxy.backends.backend import Backend
 from proxy.tokens import FEW_CHARS_PER_TOKEN
@@ -96,9 +95,6 @@ def answer_budget(body: Mapping[str, Any]) -> int | None:
     return None
 
 
-_ROOM_POLL_S = 0.25
-
-
 @dataclass(frozen=True)
 class Fit:
     """The backends a request may go to, and the KV tokens it will hold on the one it takes."""
@@ -106,7 +102,7 @@ class Fit:
     backends: list[Backend]
     tokens: int
     prompt_tokens: int = 0
-    # Seconds spent waiting on others: llama-server counting the prompt, room in the cache.
+    # Seconds spent waiting on llama-server counting the prompt.
     waited_s: float = 0.0
 
 
@@ -121,8 +117,9 @@ async def backends_that_fit(
 
     Only a body long enough that it might not fit is counted (by llama-server, template and
     tools included), so short requests pay nothing; theirs is estimated from their size. Where
-    the slots of a backend share one KV cache, a long prompt waits until the requests in flight
-    leave it room, rather than fail mid-prompt.
+    the slots of a backend share one KV cache, those with room for the prompt beside the
+    requests in flight come first (the backend's admission waits for room rather than let
+    llama-server fail the request mid-prompt).
     """
     backends = app[POOL]
     pool = list(backends)
@@ -146,23 +143,13 @@ async def backends_that_fit(
             raise too_long(tokens, max(known), None)
         pool = fit
     held = tokens + ANSWER_RESERVE
-    candidates = [pinned] if pinned is not None else pool
-    deadline = time.monotonic() + app[SETTINGS].request_timeout_s
-    while time.monotonic() < deadline:
-        # An empty backend always has room for what fits it at all.
+    if pinned is None:
+        # Those with room beside the requests in flight first; where none has, the chosen
+        # backend's admission waits for room.
         room = [
             b
-            for b in candidates
+            for b in pool
             if b.context_free is None or b.context_free >= min(held, b.n_ctx or held)
         ]
-        if room:
-            return Fit(room if pinned is None else pool, held, tokens, waited)
-        await asyncio.sleep(_ROOM_POLL_S)
-        waited += _ROOM_POLL_S
-    raise ApiError(
-        503,
-        f"no backend has room for this request's {tokens} prompt tokens beside the requests "
-        "in flight; retry when they finish",
-        code="context_busy",
-        headers={"Retry-After": "5"},
-    )
+        pool = room or pool
+    return Fit(pool, held, tokens, waited)

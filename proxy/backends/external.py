@@ -13,14 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal
 
 import aiohttp
 
+from proxy.backends.admission import Admission, Seats
 from proxy.backends.backend import (
-    BackendSaturatedError,
     BackendState,
     Placement,
     Settled,
@@ -47,22 +46,18 @@ _LOAD_TIMEOUT_S = 10.0
 log = get_logger("backend")
 
 
-class Replica:
+class Replica(Seats):
     """One server of an external backend: its address, health and the requests on it."""
 
-    def __init__(self, url: str, origin: str, device: Device) -> None:
-        self.url = url
+    def __init__(self, url: str, origin: str, device: Device, limit: int) -> None:
+        # How another server shares its KV cache is unknown: no room is reserved there.
+        super().__init__(url, device, limit, kv_shared=False)
         self.origin = origin  # the configured URL it was found from
-        self.device = device
         self.state: ReplicaState = "starting"
-        self.in_flight = 0  # this proxy's requests on it
-        self.in_background = 0  # of those, the proxy's own (calibration)
         self.reported: int | None = None  # requests it said it held at the last poll
         self.load_source: LoadSource | None = None
         self.failed_health_checks = 0
-        self.last_used = 0.0
         self.others = 0  # requests other proxies have on it, from its latest report
-        self.n_ctx: int | None = None  # tokens one request may hold, from its /props
 
     @property
     def ready(self) -> bool:
@@ -97,8 +92,6 @@ class ExternalBackend:
         self.settings = settings
         self.session = session
         self.limit = spec.config.max_concurrency or spec.config.parallel  # per replica
-        self.max_queue = settings.max_queue
-        self.queued = 0
         self.restarts = 0
         self.pid: int | None = None
         self.replicas: list[Replica] = []
@@ -109,7 +102,7 @@ class ExternalBackend:
         self._was_ready = False
         self._stopped = False
         self._ready = asyncio.Event()
-        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._admission = Admission(self.name, settings.max_queue, self._ready_replicas, self._done)
         self._watchers: dict[Replica, asyncio.Task[None]] = {}
         self._task: asyncio.Task[None] | None = None
         # What the policy sees before any replica is found: a device nobody else uses.
@@ -228,26 +221,27 @@ class ExternalBackend:
     @property
     def queue_full(self) -> bool:
         """Whether a new request would be refused: it would wait and the queue is full."""
-        return self._would_wait() and self.queued >= self.max_queue
+        return self._admission.queue_full
 
-    def _would_wait(self) -> bool:
-        free = self._free_replica()
-        return free is None or not free.device.admits(self.name)
+    @property
+    def queued(self) -> int:
+        """Requests waiting for a replica's seat or its device."""
+        return self._admission.queued
 
-    def _free_replica(self, prefer: str | None = None) -> Replica | None:
-        """The ready replica with the fewest requests among those with a slot for this proxy;
-        `prefer` (the one holding the request's prompt) when it has a slot free."""
-        free = [r for r in self.replicas if r.ready and r.in_flight < self.limit]
-        for r in free:
-            if r.url == prefer:
-                return r
-        return min(free, key=lambda r: (r.load, r.in_flight, r.last_used), default=None)
+    @property
+    def max_queue(self) -> int:
+        """Requests that may wait before a new one is refused."""
+        return self._admission.max_queue
+
+    def _ready_replicas(self) -> list[Replica]:
+        return [r for r in self.replicas if r.ready]
 
     def _next_replica(self) -> Replica | None:
-        ready = [r for r in self.replicas if r.ready]
-        return self._free_replica() or min(
-            ready, key=lambda r: (r.load, r.in_flight, r.last_used), default=None
-        )
+        ready = self._ready_replicas()
+        free = self._admission.free_server()
+        if isinstance(free, Replica):
+            return free
+        return min(ready, key=lambda r: (r.load, r.in_flight, r.last_used), default=None)
 
     # --- requests --------------------------------------------------------------------------
 
@@ -264,67 +258,29 @@ class ExternalBackend:
         settled: Settled | None = None,
         background: bool = False,
     ) -> AsyncIterator[SlotUse]:
-        """Hold a slot on the least loaded ready replica (`prefer`'s, holding the request's
+        """Hold a seat on the least loaded ready replica (`prefer`'s, holding the request's
         prompt, when it has room) and its share of the device, waiting in the bounded queue
         when every replica is full; raise when the queue is full.
 
         With a replica free, nothing suspends between the caller's choice and the admission.
         """
-        if self.queue_full:
-            raise BackendSaturatedError(
-                f"backend {self.name!r} is at its limit of {self.limit} concurrent requests "
-                f"on each of {sum(r.ready for r in self.replicas)} ready replicas with "
-                f"{self.queued} queued"
-            )
-        self.queued += 1
-        try:
-            url = prefer.url if prefer is not None else None
-            replica = self._free_replica(url)
-            while replica is None:
-                await self._changed()
-                replica = self._free_replica(url)
-            replica.in_flight += 1
-            replica.last_used = time.monotonic()
-            try:
-                waited = await replica.device.admit(self.name)
-            except BaseException:
-                replica.in_flight -= 1
-                self._wake()
-                raise
-        finally:
-            self.queued -= 1
-        use = SlotUse(device_wait_s=waited, base_url=replica.url, device=replica.device.name)
-        mark = replica.device.start_decoding()
-        replica.in_background += background
-        try:
-            with replica.device.background(self.name) if background else contextlib.nullcontext():
-                yield use
-        finally:
-            use.mean_load = replica.device.stop_decoding(mark)
-            replica.in_background -= background
-            replica.in_flight -= 1
-            # Another proxy's llama-server: nothing to learn from waiting for it to go idle.
-            replica.device.release(self.name)
-            self._wake()
-            if replica.state == "gone" and replica.in_flight == 0:
-                self._forget(replica)
+        saturated = (
+            f"backend {self.name!r} is at its limit of {self.limit} concurrent requests "
+            f"on each of {sum(r.ready for r in self.replicas)} ready replicas with "
+            f"{self.queued} queued"
+        )
+        async with self._admission.hold(saturated, tokens, prefer, settled, background) as (
+            _,
+            use,
+        ):
+            yield use
 
-    async def _changed(self) -> None:
-        """Wait until a replica frees a slot, becomes ready or appears."""
-        future = asyncio.get_running_loop().create_future()
-        self._waiters.append(future)
-        try:
-            await future
-        finally:
-            with contextlib.suppress(ValueError):
-                self._waiters.remove(future)
-
-    def _wake(self) -> None:
-        # Every waiter looks again, in arrival order; those that find nothing wait again.
-        while self._waiters:
-            future = self._waiters.popleft()
-            if not future.done():
-                future.set_result(None)
+    def _done(self, server: Seats, abandoned: bool) -> None:
+        """A request left a replica: another proxy's llama-server, nothing to learn from
+        waiting for it to go idle; a retired replica leaves with its last request."""
+        server.device.release(self.name)
+        if isinstance(server, Replica) and server.state == "gone" and server.seated <= 1:
+            self._forget(server)
 
     def mark_down(self, base_url: str | None = None) -> None:
         """Take the replica a request just failed on out of routing (its health check decides
@@ -393,7 +349,7 @@ class ExternalBackend:
     def _add(self, url: str, origin: str) -> None:
         cfg = self.spec.config
         device = self._device_for(cfg.device or f"url:{url}")
-        replica = Replica(url, origin, device)
+        replica = Replica(url, origin, device, self.limit)
         self.replicas.append(replica)
         self._watchers[replica] = asyncio.create_task(
             self._watch(replica), name=f"replica-{self.name}-{url}"
@@ -406,7 +362,7 @@ class ExternalBackend:
         if task is not None:
             task.cancel()
         self._set_state(replica, "gone")
-        if replica.in_flight == 0:
+        if replica.seated == 0:
             self._forget(replica)
 
     def _forget(self, replica: Replica) -> None:
@@ -435,7 +391,7 @@ class ExternalBackend:
             self._ready.clear()
         if self.state != was:
             log.info("backend state", backend=self.name, state=self.state, previous=was)
-        self._wake()
+        self._admission.changed()
 
     # --- checks ----------------------------------------------------------------------------
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import aiohttp
 
+from proxy.backends.admission import Admission, Seats
 from proxy.backends.backend import (
-    BackendSaturatedError,
     BackendState,
     Placement,
     ReplicaView,
@@ -59,21 +59,14 @@ class BackendSupervisor:
         self.session = session
         self.state: BackendState = "starting"
         self.limit = spec.config.max_concurrency or spec.config.parallel
-        self.max_queue = settings.max_queue
-        self.in_flight = 0
-        # Of those, the proxy's own (calibration): not load a user's request would share.
-        self.in_background = 0
-        self.queued = 0
-        self._slots = asyncio.Semaphore(self.limit)
+        # Its one server: the process, at the port it has now.
+        self._seats = Seats("", device, self.limit, spec.config.kv_unified)
+        self._admission = Admission(
+            self.name, settings.max_queue, lambda: (self._seats,), self._release_device
+        )
         self.restarts = 0
         self.failed_health_checks = 0
-        self.base_url = spec.url or ""
         self.process: asyncio.subprocess.Process | None = None
-        # Tokens one request may hold, as the running llama-server reports it (None: not yet).
-        self.n_ctx: int | None = None
-        # Prompt tokens the requests in flight hold: with one KV cache shared by every slot
-        # (kv_unified) they must fit in it together, or llama-server fails one mid-prompt.
-        self.held_tokens = 0
         self.last_lines: deque[str] = deque(maxlen=40)
         self._ready = asyncio.Event()
         self._stopping = False
@@ -89,9 +82,44 @@ class BackendSupervisor:
         return self.state == "ready"
 
     @property
+    def base_url(self) -> str:
+        """Its process's address (a restart moves the port)."""
+        return self._seats.url
+
+    @property
+    def n_ctx(self) -> int | None:
+        """Tokens one request may hold, as the running llama-server reports it (None: not yet)."""
+        return self._seats.n_ctx
+
+    @property
+    def in_flight(self) -> int:
+        """Requests admitted and decoding."""
+        return self._seats.in_flight
+
+    @property
+    def in_background(self) -> int:
+        """Of those, the proxy's own (calibration): not load a user's request would share."""
+        return self._seats.in_background
+
+    @property
+    def held_tokens(self) -> int:
+        """KV tokens the requests seated here hold."""
+        return self._seats.held_tokens
+
+    @property
+    def queued(self) -> int:
+        """Requests waiting for a seat or the device."""
+        return self._admission.queued
+
+    @property
+    def max_queue(self) -> int:
+        """Requests that may wait before a new one is refused."""
+        return self._admission.max_queue
+
+    @property
     def load(self) -> int:
         """Users' requests on the backend: its own process serves only this proxy."""
-        return self.in_flight - self.in_background
+        return self._seats.load
 
     @property
     def server_urls(self) -> frozenset[str]:
@@ -106,20 +134,13 @@ class BackendSupervisor:
     @property
     def queue_full(self) -> bool:
         """Whether a new request would be refused: it would wait and the queue is full."""
-        return self._would_wait() and self.queued >= self.max_queue
-
-    def _would_wait(self) -> bool:
-        return self._slots.locked() or not self.device.admits(self.name)
+        return self._admission.queue_full
 
     @property
     def context_free(self) -> int | None:
         """Tokens a new request may hold now: all of n_ctx unless the slots share one KV cache
         that requests in flight already fill; None before llama-server said its context."""
-        if self.n_ctx is None:
-            return None
-        if not self.spec.config.kv_unified:
-            return self.n_ctx
-        return self.n_ctx - self.held_tokens
+        return self._seats.context_free
 
     @contextlib.asynccontextmanager
     async def slot(
@@ -129,56 +150,27 @@ class BackendSupervisor:
         settled: Settled | None = None,
         background: bool = False,
     ) -> AsyncIterator[SlotUse]:
-        """Hold this backend's share of its device and one concurrency slot, waiting in the
-        bounded queue; raise when the queue is full. `tokens`: what the request will hold of
-        the KV cache, counted against context_free while it runs. `prefer` changes nothing:
-        the backend is one server, and llama-server itself finds the slot or RAM-cache entry
-        holding the prompt. A hold left by an exception, or one that `settled` says
+        """Hold one seat with room for `tokens` KV tokens and this backend's share of its
+        device, waiting in the bounded queue; raise when the queue is full. `prefer` changes
+        nothing: the backend is one server, and llama-server itself finds the slot or RAM-cache
+        entry holding the prompt. A hold left by an exception, or one that `settled` says
         llama-server did not finish, frees the device only once it is idle.
-
-        Nothing suspends between a caller's choice of this backend and its admission when the
-        device has room, so choosing and admitting are one step.
         """
-        if self.queue_full:
-            raise BackendSaturatedError(
-                f"backend {self.name!r} is at its limit of {self.limit} concurrent requests "
-                f"with {self.queued} queued"
-            )
-        use = SlotUse(device=self.device.name)
-        self.queued += 1
-        try:
-            use.device_wait_s = await self.device.admit(self.name)
-            try:
-                await self._slots.acquire()
-            except BaseException:
-                self.device.release(self.name)
-                raise
-        finally:
-            self.queued -= 1
-        self.in_flight += 1
-        self.held_tokens += tokens
-        use.base_url = self.base_url  # read once admitted: a restart while queued moves the port
-        mark = self.device.start_decoding()
-        # Ended before llama-server finished it (client gone, timeout, error): the process
-        # may still be computing, so the device is released once it is idle.
-        abandoned = True
-        self.in_background += background
-        try:
-            with self.device.background(self.name) if background else contextlib.nullcontext():
-                yield use
-            abandoned = settled is not None and not settled()
-        finally:
-            use.mean_load = self.device.stop_decoding(mark)
-            self.in_background -= background
-            self.in_flight -= 1
-            self.held_tokens -= tokens
-            self._slots.release()
-            if abandoned and self.process is not None:
-                task = asyncio.create_task(self._release_device_when_idle())
-                self._background.add(task)
-                task.add_done_callback(self._background.discard)
-            else:
-                self.device.release(self.name)
+        saturated = (
+            f"backend {self.name!r} is at its limit of {self.limit} concurrent requests "
+            f"with {self.queued} queued"
+        )
+        async with self._admission.hold(saturated, tokens, None, settled, background) as (_, use):
+            yield use
+
+    def _release_device(self, seats: Seats, abandoned: bool) -> None:
+        """Give the device back; for a request llama-server may still compute, once it is idle."""
+        if abandoned and self.process is not None:
+            task = asyncio.create_task(self._release_device_when_idle())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+        else:
+            self.device.release(self.name)
 
     async def _release_device_when_idle(self) -> None:
         """Give the device back once llama-server stops working on abandoned requests.
@@ -217,8 +209,8 @@ class BackendSupervisor:
 
     @property
     def restartable(self) -> bool:
-        """Whether the proxy runs its process (a `url` backend is another's)."""
-        return self.spec.url is None
+        """True: the proxy runs its process."""
+        return True
 
     def scrape_targets(self) -> list[tuple[str, dict[str, str]]]:
         """Its process's /metrics, while it serves."""
@@ -277,7 +269,7 @@ class BackendSupervisor:
         What the old process kept goes with it: prompt caches, and an n-gram backend's memory of
         every answer it generated.
         """
-        if self.spec.url is not None or self._task is None:
+        if self._task is None:
             raise RuntimeError(f"backend {self.name!r} has no process of this proxy's to restart")
         self._restart_asked = True
         self._spawned.clear()
@@ -307,12 +299,11 @@ class BackendSupervisor:
     async def _run(self) -> None:
         backoff = self.settings.restart_backoff_initial_s
         while not self._stopping:
-            if self.spec.url is None:
-                await self._spawn()
+            await self._spawn()
             ready_at = time.monotonic()
             if await self._wait_healthy():
                 ready_at = time.monotonic()
-                self.n_ctx = await read_slot_context(self.session, self.base_url)
+                self._seats.n_ctx = await read_slot_context(self.session, self.base_url)
                 self._set_state("ready")
                 await self._watch()
             if self._stopping:
@@ -322,27 +313,26 @@ class BackendSupervisor:
                 self._restart_asked = False
                 log.info("backend restarted on request", backend=self.name)
                 continue
-            if self.spec.url is None:
-                await self._terminate()
-                if time.monotonic() - ready_at > _STABLE_AFTER_S:
-                    backoff = self.settings.restart_backoff_initial_s
-                self._set_state("restarting")
-                log.warning(
-                    "backend exited; restarting",
-                    backend=self.name,
-                    exit_code=self.process.returncode if self.process else None,
-                    restarts=self.restarts + 1,
-                    backoff_s=backoff,
-                    last_lines=list(self.last_lines)[-8:],
-                )
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, self.settings.restart_backoff_max_s)
-                self.restarts += 1
+            await self._terminate()
+            if time.monotonic() - ready_at > _STABLE_AFTER_S:
+                backoff = self.settings.restart_backoff_initial_s
+            self._set_state("restarting")
+            log.warning(
+                "backend exited; restarting",
+                backend=self.name,
+                exit_code=self.process.returncode if self.process else None,
+                restarts=self.restarts + 1,
+                backoff_s=backoff,
+                last_lines=list(self.last_lines)[-8:],
+            )
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, self.settings.restart_backoff_max_s)
+            self.restarts += 1
 
     async def _spawn(self) -> None:
         port = free_port(self.settings.backend_host)
-        self.n_ctx = None
-        self.base_url = f"http://{self.settings.backend_host}:{port}"
+        self._seats.n_ctx = None
+        self._seats.url = f"http://{self.settings.backend_host}:{port}"
         argv = self.spec.argv(self.settings.backend_host, port)
         self.last_lines.clear()
         self._set_state("starting")

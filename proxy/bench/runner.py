@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,49 +82,74 @@ async def run_variant(
     spec: LaunchSpec = prepare_backend(variant.config, settings, binary)
     timeout = aiohttp.ClientTimeout(total=None, connect=settings.connect_timeout_s)
     runs: list[Run] = []
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        # Alone on its device: the bench starts one variant at a time.
-        device = Device("bench", capacity=1)
-        device.add(spec.config.name, 1)
-        backend = BackendSupervisor(spec, settings.supervision(), session, device)
-        backend.start()
-        try:
-            if not await backend.wait_ready(settings.ready_timeout_s):
-                raise RuntimeError(
-                    f"{variant.label} did not start: {list(backend.last_lines)[-5:]}"
-                )
-            # One short warm-up so page faults and caches do not land on the first measurement.
-            await _generate(session, backend.base_url, tasks[0], 8, 0.0)
-            for task in tasks:
-                for temperature in temperatures:
-                    for _ in range(repeats):
-                        start = time.monotonic()
-                        body, drafts = await _generate(
-                            session, backend.base_url, task, tokens, temperature
-                        )
-                        timings = Timings.parse(body.get("timings"))
-                        run = Run(
-                            variant=variant.label,
-                            task=task,
-                            temperature=temperature,
-                            tokens_per_s=timings.tokens_per_s,
-                            predicted_n=timings.predicted_n,
-                            draft_n=timings.draft_n,
-                            accepted=timings.draft_n_accepted,
-                            drafts=int(drafts),
-                            text=body["choices"][0]["message"].get("content") or "",
-                            sweep=variant.sweep,
-                        )
-                        runs.append(run)
-                        log.info(
-                            "bench",
-                            variant=variant.label,
-                            task=task,
-                            temperature=temperature,
-                            tokens_per_s=round(run.tokens_per_s, 1),
-                            acceptance=run.acceptance and round(run.acceptance, 3),
-                            wall_s=round(time.monotonic() - start, 1),
-                        )
-        finally:
-            await backend.stop()
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as session,
+        _serving(variant, spec, settings, session) as base_url,
+    ):
+        # One short warm-up so page faults and caches do not land on the first measurement.
+        await _generate(session, base_url, tasks[0], 8, 0.0)
+        for task in tasks:
+            for temperature in temperatures:
+                for _ in range(repeats):
+                    start = time.monotonic()
+                    body, drafts = await _generate(session, base_url, task, tokens, temperature)
+                    timings = Timings.parse(body.get("timings"))
+                    run = Run(
+                        variant=variant.label,
+                        task=task,
+                        temperature=temperature,
+                        tokens_per_s=timings.tokens_per_s,
+                        predicted_n=timings.predicted_n,
+                        draft_n=timings.draft_n,
+                        accepted=timings.draft_n_accepted,
+                        drafts=int(drafts),
+                        text=body["choices"][0]["message"].get("content") or "",
+                        sweep=variant.sweep,
+                    )
+                    runs.append(run)
+                    log.info(
+                        "bench",
+                        variant=variant.label,
+                        task=task,
+                        temperature=temperature,
+                        tokens_per_s=round(run.tokens_per_s, 1),
+                        acceptance=run.acceptance and round(run.acceptance, 3),
+                        wall_s=round(time.monotonic() - start, 1),
+                    )
     return runs
+
+
+@contextlib.asynccontextmanager
+async def _serving(
+    variant: Variant, spec: LaunchSpec, settings: Settings, session: aiohttp.ClientSession
+) -> AsyncIterator[str]:
+    """The variant's server, ready: a llama-server started alone on its device, or the first
+    replica of an external backend; yields its URL."""
+    if spec.url is not None:
+        if not await _healthy(session, spec.url, settings.ready_timeout_s):
+            raise RuntimeError(f"{variant.label}: {spec.url} is not healthy")
+        yield spec.url
+        return
+    # Alone on its device: the bench starts one variant at a time.
+    device = Device("bench", capacity=1)
+    device.add(spec.config.name, 1)
+    backend = BackendSupervisor(spec, settings.supervision(), session, device)
+    backend.start()
+    try:
+        if not await backend.wait_ready(settings.ready_timeout_s):
+            raise RuntimeError(f"{variant.label} did not start: {list(backend.last_lines)[-5:]}")
+        yield backend.base_url
+    finally:
+        await backend.stop()
+
+
+async def _healthy(session: aiohttp.ClientSession, url: str, timeout_s: float) -> bool:
+    """Whether the server at `url` answers /health with 200 within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            async with session.get(f"{url}/health") as resp:
+                if resp.status == 200:
+                    return True
+        await asyncio.sleep(0.5)
+    return False
