@@ -217,6 +217,99 @@ KEEP_ALIVE_AFTER_STREAM = SourceFix(
         "            return true;\n"
     ),
 )
+# b11434 moves a RAM-cached prompt into the slot that loads it (its data cleared, the entry
+# erased). Sessions of one agent share their system prompt, so a new session's first turn loads
+# another session's cached prompt and takes it away: that session's next turn then processes
+# its whole prompt again (measured through specproxy, two edit-heavy sessions: a 4,049-token
+# turn found 0 cached). Loading a copy and keeping the entry, moved to the newest end so the
+# eviction of the oldest keeps it, lets every session that shares a prefix find it; the cache's
+# own size limit still bounds what it holds.
+KEEP_CACHED_PROMPT_ON_LOAD = SourceFix(
+    name="keep-cached-prompt-on-load",
+    path="tools/server/server-task.cpp",
+    old=(
+        "                return false;\n"
+        "            }\n"
+        "\n"
+        "            data.clear();\n"
+        "            data.shrink_to_fit();\n"
+        "        }\n"
+        "\n"
+        "        {\n"
+        "            auto & data = it_best->data.drft;\n"
+        "\n"
+        "            if (!data.empty()) {\n"
+        "                GGML_ASSERT(ctx_dft);\n"
+        "\n"
+        "                const size_t size = data.size();\n"
+        "                const size_t n = "
+        "llama_state_seq_set_data_ext(ctx_dft, data.data(), size, id_slot, 0);\n"
+        "                if (n != size) {\n"
+        '                    SRV_WRN("failed to restore state with size %zu\\n", size);\n'
+        "\n"
+        "                    return false;\n"
+        "                }\n"
+        "\n"
+        "                data.clear();\n"
+        "                data.shrink_to_fit();\n"
+        "            }\n"
+        "        }\n"
+        "\n"
+        "        prompt = std::move(it_best->prompt);\n"
+        "\n"
+        "        states.erase(it_best);\n"
+    ),
+    new=(
+        "                return false;\n"
+        "            }\n"
+        "        }\n"
+        "\n"
+        "        {\n"
+        "            auto & data = it_best->data.drft;\n"
+        "\n"
+        "            if (!data.empty()) {\n"
+        "                GGML_ASSERT(ctx_dft);\n"
+        "\n"
+        "                const size_t size = data.size();\n"
+        "                const size_t n = "
+        "llama_state_seq_set_data_ext(ctx_dft, data.data(), size, id_slot, 0);\n"
+        "                if (n != size) {\n"
+        '                    SRV_WRN("failed to restore state with size %zu\\n", size);\n'
+        "\n"
+        "                    return false;\n"
+        "                }\n"
+        "            }\n"
+        "        }\n"
+        "\n"
+        "        // specproxy: load a copy and keep the entry (newest now), so another session\n"
+        "        // sharing this prefix still finds it\n"
+        "        prompt = it_best->prompt.clone();\n"
+        "\n"
+        "        states.splice(states.end(), states, it_best);\n"
+    ),
+)
+# b11434 gives a new request the idle slot whose prompt it shares most, and saves that slot's
+# prompt to the RAM cache first only when the request keeps less than half of it. Sessions of
+# one agent share their system prompt, so a new session's turn takes another session's idle
+# slot, keeps the shared 70-90 %, and overwrites the rest: the other session's history, which
+# its next turn then processes again. And a session's next turn extends its slot in place, so
+# while it runs, no other request can find the prompt they share. Saving the slot's prompt
+# every time (a copy of its KV cache, tens of milliseconds) keeps both: with prompts loaded as
+# copies (above), every request sharing a start finds it, whichever slot is busy.
+SAVE_SLOT_BEFORE_REUSE = SourceFix(
+    name="save-slot-before-reuse",
+    path="tools/server/server-context.cpp",
+    old=(
+        "                // if we are about to lose a large portion of the existing context - "
+        "save it in the prompt cache\n"
+        "                if (f_keep < 0.5f) {\n"
+    ),
+    new=(
+        "                // specproxy: always save it in the prompt cache: nothing of it is lost\n"
+        "                // and a request sharing its start finds it while this slot is busy\n"
+        "                if (f_keep <= 1.0f) {\n"
+    ),
+)
 # Text only a binary built with these fixes holds (the request field's description above): how a
 # llama-server is known to be specproxy's build, wherever it came from (the cache, the image).
 BUILD_MARKER = b"default: all loaded; specproxy build"
@@ -229,6 +322,8 @@ FIXES: tuple[SourceFix, ...] = (
     PER_REQUEST_TYPES_PARAM,
     PER_REQUEST_TYPES_SET,
     PER_REQUEST_TYPES_CHAIN,
+    KEEP_CACHED_PROMPT_ON_LOAD,
+    SAVE_SLOT_BEFORE_REUSE,
     KEEP_ALIVE_AFTER_STREAM,
 )
 

@@ -185,6 +185,7 @@ class Router:
                 prompt_tokens=max(prompt_tokens, route.cached.tokens),
                 chars_per_token=self.prefixes.chars_per_token(engine),
                 prompt_speed=self.prompt_speed(route.backend.name),
+                keeps_copies=route.backend.spec.our_build,
             )
         )
 
