@@ -34,9 +34,10 @@ test: $(STAMP) test-deps
 	./scripts/install-agents.sh
 	$(BIN)/pytest -ra $(PYTEST_ARGS)
 
-# The in-process tier: no llama-server, no models, seconds.
+# The in-process tier, tests/fast/: no llama-server, no models, seconds (the same tests as
+# `pytest -m "not integration"`: tests/conftest.py marks tests/integration/ `integration`).
 test-fast: $(STAMP)
-	$(BIN)/pytest -m "not integration" -q
+	$(BIN)/pytest tests/fast -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check proxy tests loadtests scripts

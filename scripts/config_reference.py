@@ -3,7 +3,7 @@
     .venv/bin/python scripts/config_reference.py          # rewrite it
     .venv/bin/python scripts/config_reference.py --check  # exit 1 if it is out of date
 
-tests/test_config_reference.py fails when the document and the model disagree.
+tests/fast/test_config_reference.py fails when the document and the model disagree.
 """
 
 from __future__ import annotations

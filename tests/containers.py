@@ -12,8 +12,8 @@ import pytest
 
 from proxy.config import default_cache_dir
 from proxy.provision.llama_server import build_dir, build_stamp
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 IMAGE = "localhost/specproxy:test"
 # No registry is reachable on the CI machines: the base is debootstrapped from Debian's mirror.
 DEFAULT_BASE = "localhost/debian:bookworm"

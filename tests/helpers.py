@@ -1,15 +1,20 @@
-"""What tests and fixtures share that is not a fixture: free ports, waiting for a condition, and an
-environment without the caller's SPECPROXY_* settings. One place for each, for every tier."""
+"""What tests and fixtures share that is not a fixture: the repository's paths, free ports, waiting
+for a condition, a JSON GET, and an environment without the caller's SPECPROXY_* settings. One
+place for each, for every tier."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import os
 import socket
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TypeVar
 
 import pytest
@@ -19,6 +24,10 @@ T = TypeVar("T")
 # The proxy reads every setting from SPECPROXY_<NAME> (proxy/config.py): a caller's
 # SPECPROXY_LLAMA_SERVER or SPECPROXY_API_KEYS would change what a test measures.
 ENV_PREFIX = "SPECPROXY_"
+
+# The repository: where every command a test runs starts, and what test paths are relative to.
+ROOT = Path(__file__).resolve().parent.parent
+TEST_CONFIG = ROOT / "tests" / "configs" / "test.yaml"
 
 
 # ------------------------------------------------------------------------------------- ports
@@ -125,6 +134,18 @@ async def eventually(
         if last:
             pytest.fail(f"waited {timeout:g} s for {what}")
         await asyncio.sleep(interval)
+
+
+# --------------------------------------------------------------------------------------- HTTP
+
+
+def get_json(url: str, timeout: float = 5) -> tuple[int, dict[str, object]]:
+    """GET a JSON document, returning status and body even for error statuses."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, json.load(resp)
+    except urllib.error.HTTPError as err:
+        return err.code, json.load(err)
 
 
 # -------------------------------------------------------------------------------- environment

@@ -1,6 +1,6 @@
 """The proxy built in-process in front of llama-server stubs (proxy/testing/llama_double.py):
-the fast tier's harness. No llama-server, no model, no subprocess: tests using only this run in
-the `-m "not integration"` tier (tests/conftest.py marks only tests of real-backend fixtures)."""
+the fast tier's harness (tests/fast/). No llama-server, no model, no subprocess; the integration
+tier's harness, `specproxy serve` as a subprocess, is tests/subprocess_proxy.py."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from proxy.backends.discovery import Resolver
 from proxy.backends.launch import prepare_backends
 from proxy.config import Settings
 from proxy.testing.llama_double import Behaviour, LlamaServerDouble, start_double
-from tests.helpers import without_specproxy_env
+from tests.helpers import eventually, without_specproxy_env
 
 
 @dataclass
@@ -52,6 +52,17 @@ class FastProxy:
         self.clients.append(client)
         return client
 
+    async def wait_calibrated(self, timeout: float) -> dict[str, Any]:
+        """Wait until the proxy finished its start-up calibration; what /health says of it (the
+        in-process twin of tests/subprocess_proxy.py's wait_calibrated)."""
+
+        async def done() -> dict[str, Any] | None:
+            health = await (await self.http.get("/health")).json()
+            progress: dict[str, Any] = health["calibration"]
+            return progress if progress["state"] == "done" else None
+
+        return await eventually(done, timeout, "calibration", interval=0.2)
+
 
 @asynccontextmanager
 async def proxy_in_front(
@@ -69,8 +80,9 @@ async def proxy_in_front(
         "scoreboard_file": tmp_path / f"scoreboard-{uuid.uuid4().hex[:8]}.json",
         "cache_dir": tmp_path / "cache",
     }
-    # Module-scoped fixtures start before conftest's per-test removal of the caller's SPECPROXY_*
-    # variables, so the harness removes them itself: only `settings` configure this proxy.
+    # Module-scoped fixtures start before tests/fast/conftest.py's per-test removal of the
+    # caller's SPECPROXY_* variables, so the harness removes them itself: only `settings`
+    # configure this proxy.
     with without_specproxy_env():
         config = Settings(backends=backends, **{**defaults, **settings})
     app = build_app(config, prepare_backends(config), resolver)

@@ -1,0 +1,62 @@
+"""Users before calibration: a user's request waits at most for the calibration request already
+decoding, and the next calibration request waits for the user's to end (fast tier, stub
+backends)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from structlog.testing import capture_logs
+
+from tests.inprocess import fast_proxy
+
+HELLO = [{"role": "user", "content": "Say hello."}]
+# Each stub answer takes 10 x 0.3 s: a calibration request holds the device for 3 s.
+TOKENS, DELAY_S = 10, 0.3
+
+
+async def test_a_users_request_waits_at_most_for_the_calibration_request_decoding(
+    tmp_path: Path,
+) -> None:
+    shared = {"device": "cpu0"}
+    with capture_logs() as logs:
+        async with fast_proxy(
+            tmp_path,
+            backends={"plain": shared, "ngram": {"kind": "ngram", **shared}},
+            devices={"cpu0": {"capacity": 1}},
+            calibration_requests=1,
+            calibration_prompts=1,
+            calibration_max_tokens=8,
+            calibration_echo_tokens=8,
+        ) as proxy:
+            for double in proxy.doubles.values():
+                double.behaviour.tokens, double.behaviour.token_delay_s = TOKENS, DELAY_S
+            # Wait for a calibration request to be decoding on one backend.
+            deadline = time.monotonic() + 10
+            while not any(d.processing for d in proxy.doubles.values()):
+                assert time.monotonic() < deadline, "calibration sent nothing"
+                await asyncio.sleep(0.02)
+            health = await (await proxy.http.get("/health")).json()
+            assert health["calibration"]["state"] == "running"
+            (busy,) = [n for n, d in proxy.doubles.items() if d.processing]
+            other = "plain" if busy == "ngram" else "ngram"
+            start = time.monotonic()
+            raw = await proxy.openai().chat.completions.with_raw_response.create(
+                model=other,
+                messages=HELLO,  # type: ignore[arg-type]
+            )
+            ended = time.monotonic()
+            # It waited for the calibration request decoding, not for a second one.
+            device_wait = float(raw.headers["X-Specproxy-Device-Wait"])
+            assert device_wait < TOKENS * DELAY_S, device_wait
+            assert ended - start < 2 * TOKENS * DELAY_S + 1
+            # Nothing but the user's own request started while it waited or ran.
+            started_meanwhile = [
+                s for d in proxy.doubles.values() for s, _ in d.busy if start < s < ended
+            ]
+            assert len(started_meanwhile) == 1, "calibration went on beside a user's request"
+            # /health says when calibration is over.
+            await proxy.wait_calibrated(60)
+    assert any(e["event"] == "calibration waits for users' requests" for e in logs)

@@ -1,0 +1,137 @@
+"""The body shapes coding agents send (shared CLIENTS.md), answered by real llama-server
+backends through the proxy as a bare llama-server answers them: never a 400 for a shape the
+upstream API allows. (A name that matches nothing, and HEAD /, are answered by the proxy alone:
+tests/fast/test_validation.py and tests/fast/test_agent_shapes.py.)"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anthropic
+import openai
+import requests
+
+from tests.subprocess_proxy import RunningProxy
+
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "read_file",
+        "description": "Read a file",
+        "parameters": {
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "type": "object",
+            "properties": {"path": {"type": "string"}},
+            "required": ["path"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def _post(proxy: RunningProxy, path: str, body: dict[str, Any]) -> requests.Response:
+    return requests.post(f"{proxy.url}{path}", json=body, timeout=120)
+
+
+def test_claude_codes_messages_shapes_stream_to_message_stop(proxy: RunningProxy) -> None:
+    events = []
+    with (
+        anthropic.Anthropic(base_url=proxy.url, api_key="unused", max_retries=0) as client,
+        client.messages.stream(
+            model="claude-opus-4-8",  # an alias of the test config (claude-*)
+            max_tokens=64000,  # beyond the 2,048-token context: clamped as llama-server does
+            system=[
+                {"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}}
+            ],
+            messages=[
+                {"role": "user", "content": [{"type": "text", "text": "Say hi."}]},
+                {"role": "system", "content": "Answer in one word."},  # type: ignore[misc,list-item]
+                {"role": "user", "content": "Now."},
+            ],
+            extra_body={
+                "thinking": {"type": "disabled"},
+                "context_management": {"edits": []},
+                "metadata": {"user_id": "user-1"},
+            },
+        ) as stream,
+    ):
+        events = [e.type for e in stream]
+        final = stream.get_final_message()
+    assert events[-1] == "message_stop"
+    assert final.stop_reason in ("end_turn", "max_tokens")
+
+
+def test_codexs_responses_shapes_complete(proxy: RunningProxy) -> None:
+    body = {
+        "model": "auto",
+        "instructions": "",
+        "input": [
+            {
+                "type": "message",
+                "role": "developer",
+                "content": [{"type": "input_text", "text": "You are a coding agent."}],
+            },
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+        ],
+        "tools": [
+            {"type": "function", "name": "shell", "parameters": {"type": "object"}},
+            {"type": "namespace", "name": "mcp", "tools": []},
+            {"type": "web_search"},
+        ],
+        "store": False,
+        "include": ["reasoning.encrypted_content"],
+        "reasoning": {"effort": "medium"},
+        "prompt_cache_key": "session-1",
+        "parallel_tool_calls": False,
+        "max_output_tokens": 16,
+        "stream": True,
+    }
+    resp = _post(proxy, "/v1/responses", body)
+    assert resp.status_code == 200, resp.text
+    kinds = [
+        json.loads(line[6:])["type"] for line in resp.text.splitlines() if line.startswith("data: ")
+    ]
+    assert kinds[-1] == "response.completed", kinds
+
+
+def test_qwen_codes_part_arrays_and_opencodes_trailing_assistant(
+    client: openai.OpenAI,
+) -> None:
+    messages: list[Any] = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": [{"type": "text", "text": "Read a.txt"}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": '{"path": "a.txt"}'},
+                }
+            ],
+        },
+        # Qwen Code sends tool results as arrays of parts.
+        {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "hello"}]},
+        {"role": "user", "content": "What did it say?"},
+    ]
+    answer = client.chat.completions.create(
+        model="auto",
+        messages=messages,
+        tools=[TOOL],  # type: ignore[list-item]
+        tool_choice="auto",
+        max_tokens=16,
+    )
+    assert answer.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    # opencode at its step limit: a trailing assistant message, tools still listed.
+    stream = client.chat.completions.create(
+        model="auto",
+        messages=[*messages, {"role": "assistant", "content": "It said"}],
+        tools=[TOOL],  # type: ignore[list-item]
+        max_tokens=8,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    finishes = [c.choices[0].finish_reason for c in stream if c.choices]
+    assert finishes[-1] in ("stop", "length")

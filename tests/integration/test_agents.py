@@ -1,0 +1,233 @@
+"""The real coding agents of shared CLIENTS.md, each given a one-line task through the proxy.
+
+The agent tier (`-m agents`, part of `make test`): agents installed at pinned versions by
+scripts/install-agents.sh, real llama-server backends (Qwen2.5-Coder-0.5B: its 32 k context holds
+their 8-20 k-token prompts) and the embedded default's model aliases, so each agent sends the
+model name it sends when nobody configured one. Each test asserts what its user sees: the agent
+finished without a protocol error, every request it made was answered, and, where the model made
+a tool call, it arrived in that agent's own format.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from loadtests import agents
+from tests.helpers import ROOT, get_json, wait_until
+from tests.subprocess_proxy import RunningProxy, running_proxy
+
+pytestmark = [pytest.mark.agents, pytest.mark.timeout(1500)]
+AGENT_CONFIG = ROOT / "tests" / "configs" / "agents.yaml"
+# One agent's whole run: its first turn processes 8-20 k prompt tokens on two cores.
+RUN_TIMEOUT_S = 1200.0
+
+
+def agent_config() -> Path:
+    """The agent config: it sets no model_aliases, so the agents' own names are served by the
+    code's default ones, as for any user's config."""
+    if not agents.installed():
+        pytest.fail("agents are not installed: run scripts/install-agents.sh (make test does)")
+    return AGENT_CONFIG
+
+
+@pytest.fixture(scope="module")
+def agent_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProxy]:
+    """The proxy on the agent config, with the embedded default's aliases."""
+    root = tmp_path_factory.mktemp("agents")
+    log_path = root / "proxy.log"
+    with running_proxy(agent_config(), log_path, SPECPROXY_CALIBRATION_REQUESTS="0") as running:
+        yield running
+
+
+def busy_slots(url: str) -> int:
+    """Slots a llama-server is processing now."""
+    slots = get_json(f"{url}/slots")[1]
+    return sum(1 for s in slots if isinstance(s, dict) and s.get("is_processing"))  # type: ignore[union-attr]
+
+
+def requests_since(proxy: RunningProxy, offset: int) -> list[dict[str, object]]:
+    """The proxy's request log lines written after `offset` bytes of its log."""
+    with proxy.log_path.open() as log:
+        log.seek(offset)
+        lines = [json.loads(line) for line in log if line.startswith("{")]
+    return [line for line in lines if line.get("event") == "request"]
+
+
+def run_agent(
+    name: str, proxy: RunningProxy, tmp_path: Path
+) -> tuple[agents.AgentRun, list[dict[str, object]]]:
+    """Run one agent on the task and return its run and the requests it made."""
+    offset = proxy.log_path.stat().st_size
+    run = agents.run_agent(name, proxy.url, tmp_path, RUN_TIMEOUT_S)
+    seen = requests_since(proxy, offset)
+    summary = [
+        {k: r.get(k) for k in ("endpoint", "model", "status", "prompt_tokens", "ttft_s")}
+        for r in seen
+    ]
+    print(f"\n{name}: {run.seconds:.0f} s, rc {run.returncode}, requests {summary}")
+    return run, seen
+
+
+def assert_answered(run: agents.AgentRun, seen: list[dict[str, object]], endpoint: str) -> None:
+    """The agent used `endpoint`, and every request it sent was answered with a 200."""
+    assert run.returncode != -9, f"{run.name} did not finish in {RUN_TIMEOUT_S:.0f} s\n{run.tail()}"
+    assert any(r["endpoint"] == endpoint for r in seen), f"no {endpoint} request\n{run.tail()}"
+    failed = [r for r in seen if r["status"] != 200]
+    assert not failed, f"{run.name} got errors: {failed}\n{run.tail()}"
+
+
+def assert_wrote_greet_if_it_tried(run: agents.AgentRun, tried: bool) -> None:
+    """A file-writing tool call the model made arrived in the agent's format: the agent ran it,
+    so a file appeared in its directory (what the 0.5B wrote in it is the model's business)."""
+    if tried:
+        files = [p for p in run.workdir.rglob("*") if p.is_file()]
+        assert files, f"the agent did not carry out the model's tool call\n{run.tail()}"
+
+
+def test_an_agent_killed_mid_prompt_frees_the_device_within_seconds(
+    agent_proxy: RunningProxy, tmp_path: Path
+) -> None:
+    """Claude Code's 19 k-token first turn, the agent killed while its prompt is processed."""
+    process = agents.start(agents.claude_code(agent_proxy.url, tmp_path, RUN_TIMEOUT_S))
+    try:
+        assert wait_until(lambda: agent_proxy.health()["devices"]["cpu"]["in_use"] > 0, 120)
+        time.sleep(10)  # well into the prompt: 10 s of it is a few thousand tokens
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()  # reaps it and closes its pipes
+    killed = time.monotonic()
+    assert wait_until(lambda: agent_proxy.health()["devices"]["cpu"]["in_use"] == 0, 60)
+    freed_s = time.monotonic() - killed
+    backends = agent_proxy.health()["backends"]
+    assert isinstance(backends, dict)
+    busy = {name: busy_slots(str(b["url"])) for name, b in backends.items()}
+    print(f"\ndevice free {freed_s:.1f} s after the agent was killed; busy slots {busy}")
+    assert freed_s < 20 and not any(busy.values())
+
+
+def test_claude_code(agent_proxy: RunningProxy, tmp_path: Path) -> None:
+    run, seen = run_agent("claude-code", agent_proxy, tmp_path)
+    assert_answered(run, seen, "messages")
+    assert all(str(r["model"]).startswith("claude-") for r in seen), seen
+    lines = run.json_lines()
+    result = [line for line in lines if line.get("type") == "result"]
+    assert result, run.tail()
+    assert "API Error" not in str(result[-1].get("result", "")), run.tail()
+    assert result[-1]["subtype"] in ("success", "error_max_turns"), run.tail()
+    tool_uses = [
+        block
+        for line in lines
+        if line.get("type") == "assistant"
+        for block in line["message"]["content"]  # type: ignore[index]
+        if isinstance(block, dict) and block.get("type") == "tool_use"
+    ]
+    assert_wrote_greet_if_it_tried(run, any(t.get("name") == "Write" for t in tool_uses))
+
+
+def test_codex(agent_proxy: RunningProxy, tmp_path: Path) -> None:
+    run, seen = run_agent("codex", agent_proxy, tmp_path)
+    assert_answered(run, seen, "responses")
+    events = run.json_lines()
+    kinds = [e.get("type") for e in events]
+    assert "turn.completed" in kinds and "turn.failed" not in kinds, run.tail()
+    items = [e.get("item") for e in events if e.get("type") == "item.completed"]
+    tried = any(isinstance(i, dict) and i.get("type") == "file_change" for i in items)
+    assert_wrote_greet_if_it_tried(run, tried)
+
+
+def test_opencode(agent_proxy: RunningProxy, tmp_path: Path) -> None:
+    run, seen = run_agent("opencode", agent_proxy, tmp_path)
+    assert_answered(run, seen, "chat")
+    assert run.returncode == 0, run.tail()
+    events = run.json_lines()
+    assert not [e for e in events if e.get("type") == "error"], run.tail()
+    tools = [e for e in events if e.get("type") == "tool_use"]
+    tried = any("write" in json.dumps(t).lower() for t in tools)
+    assert_wrote_greet_if_it_tried(run, tried)
+
+
+def test_aider(agent_proxy: RunningProxy, tmp_path: Path) -> None:
+    run, seen = run_agent("aider", agent_proxy, tmp_path)
+    assert_answered(run, seen, "chat")
+    # aider exits 0 even when the API failed: what it printed says.
+    assert "litellm." not in run.stdout and "APIError" not in run.stdout, run.tail()
+    # Whole-file edits: aider writes the file from the fenced block the model answers with.
+    assert_wrote_greet_if_it_tried(run, "hello.py" in run.stdout and "```" in run.stdout)
+
+
+def test_qwen_code(agent_proxy: RunningProxy, tmp_path: Path) -> None:
+    run, seen = run_agent("qwen-code", agent_proxy, tmp_path)
+    assert_answered(run, seen, "chat")
+    assert run.returncode == 0, run.tail()
+    assert "API Error" not in run.stdout + run.stderr, run.tail()
+    assert_wrote_greet_if_it_tried(run, run.wrote() is not None)
+
+
+def test_continue(agent_proxy: RunningProxy, tmp_path: Path) -> None:
+    run, seen = run_agent("continue", agent_proxy, tmp_path)
+    assert_answered(run, seen, "chat")
+    assert run.returncode == 0, run.tail()
+    assert '"status":"error"' not in run.stdout.replace(" ", ""), run.tail()
+    assert_wrote_greet_if_it_tried(run, run.wrote() is not None)
+
+
+@pytest.fixture
+def recording_proxy(tmp_path: Path) -> Iterator[RunningProxy]:
+    """The agent proxy with request bodies in its log, to tell an agent's turns from its side
+    requests (a test's own proxy: bodies are never logged by default)."""
+    with running_proxy(
+        agent_config(),
+        tmp_path / "proxy.log",
+        SPECPROXY_CALIBRATION_REQUESTS="0",
+        SPECPROXY_LOG_PROMPTS="true",
+    ) as running:
+        yield running
+
+
+# Later messages of one Qwen Code session, each run continuing the last (`--continue`), so a
+# turn the 0.5B ends without a tool call still leads to another main turn.
+QWEN_FOLLOW_UPS = (
+    "Now add a docstring to greet.",
+    "Now add a function farewell(name) that returns 'Bye, ' + name + '!'.",
+)
+
+
+# Three runs, each processing a 9 k-token memory prompt; 8.4 min on the 0.5B here.
+@pytest.mark.timeout(3 * RUN_TIMEOUT_S)
+def test_qwen_code_finds_its_prompt_cached_after_its_side_requests(
+    recording_proxy: RunningProxy, tmp_path: Path
+) -> None:
+    """Qwen Code sends a memory-extraction request after every main turn: the next main turn
+    still finds its previous prompt in llama-server's cache."""
+    offset = recording_proxy.log_path.stat().st_size
+    runs = []
+    for i, task in enumerate((agents.TASK, *QWEN_FOLLOW_UPS)):
+        command = agents.qwen_code(recording_proxy.url, tmp_path, RUN_TIMEOUT_S, task, i > 0)
+        runs.append(agents.run(command, RUN_TIMEOUT_S))
+        assert runs[-1].returncode == 0, runs[-1].tail()
+    seen = requests_since(recording_proxy, offset)
+    assert all(r["status"] == 200 for r in seen), seen
+
+    def tools(r: dict[str, object]) -> int:
+        body = r.get("body")
+        return len(body.get("tools") or []) if isinstance(body, dict) else 0
+
+    summary = [
+        (tools(r), r["prompt_tokens"], r["cached_tokens"], r["task"], r["route"]) for r in seen
+    ]
+    print(f"\nqwen-code requests (tools, prompt, cached, class, route): {summary}")
+    main = [r for r in seen if tools(r) >= 10]
+    side = [r for r in seen if tools(r) < 10]
+    assert len(main) >= 3 and side, summary
+    for before, after in itertools.pairwise(main):
+        previous, cached = before["prompt_tokens"], after["cached_tokens"]
+        assert isinstance(previous, int) and isinstance(cached, int)
+        assert cached >= 0.9 * previous, summary

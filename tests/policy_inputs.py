@@ -1,0 +1,61 @@
+"""Stand-ins for what the route policy reads: backends on devices, measurements on a scoreboard."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from proxy.backends.devices import Device
+from proxy.routing.scoreboard import Outcome, Scoreboard
+
+
+@dataclass
+class Backend:
+    """A backend as the policy reads it: its kind, its load and the device it decodes on."""
+
+    name: str
+    spec_type: str | None = None
+    in_flight: int = 0
+    ready: bool = True
+    draft_n_max: int = 3
+    saturated: bool = False
+    queue_full: bool = False
+    device: Device = field(default_factory=lambda: Device("own", 1))
+    # The process serving it: its own unless named (strategies sharing an engine).
+    process: str | None = None
+
+    def __post_init__(self) -> None:
+        on_device(self.device, [self], share=1)
+
+    @property
+    def engine(self) -> str:
+        return self.process or self.name
+
+    @property
+    def load(self) -> int:
+        return self.in_flight
+
+
+def on_device(device: Device, backends: Sequence[Backend], share: int = 2) -> Device:
+    """Put backends on `device` with `share` each, their in-flight requests admitted."""
+    for b in backends:
+        b.device = device
+        device.add(b.name, share)
+        for _ in range(b.in_flight):
+            assert device.try_admit(b.name), f"{b.name} does not fit on {device.name}"
+    return device
+
+
+def shared(*backends: Backend, share: int = 2, capacity: int = 2) -> list[Backend]:
+    """Backends on one CPU (the default config: each takes every core, so they take turns)."""
+    on_device(Device("cpu", capacity), backends, share)
+    return list(backends)
+
+
+def measure(
+    board: Scoreboard, backend: str, task: str, tps: float, level: int = 1, **kw: int
+) -> None:
+    """One request's outcome on `backend` at `tps` tokens/s (`draft_n`, `accepted`: its drafts)."""
+    board.record(
+        Outcome(backend, task, level, tps, 0.1, 64, kw.get("draft_n", 0), kw.get("accepted", 0))
+    )
