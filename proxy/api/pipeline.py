@@ -270,7 +270,11 @@ async def _admit_and_relay(
             exchange.prefix_wait_s += prefix_wait_s
             asked = time.monotonic()
             async with hold as use:
-                exchange.admit_wait_s += time.monotonic() - asked
+                admit_wait_s = time.monotonic() - asked
+                exchange.admit_wait_s += admit_wait_s
+                # A seat (a free slot, room in a shared KV cache) and the device: the wait for
+                # both, where Device-Wait is the device's alone.
+                headers["X-Specproxy-Admit-Wait"] = f"{admit_wait_s:.3f}"
                 admission = exchange.admission = Admission.of(use, backend.limit)
                 target = admission.placement.url
                 headers["X-Specproxy-Device"] = admission.device

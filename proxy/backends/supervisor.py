@@ -91,6 +91,10 @@ class BackendSupervisor:
         """Tokens one request may hold, as the running llama-server reports it (None: not yet)."""
         return self._seats.n_ctx
 
+    @n_ctx.setter
+    def n_ctx(self, tokens: int | None) -> None:
+        self._seats.n_ctx = tokens
+
     @property
     def in_flight(self) -> int:
         """Requests admitted and decoding."""
@@ -303,7 +307,7 @@ class BackendSupervisor:
             ready_at = time.monotonic()
             if await self._wait_healthy():
                 ready_at = time.monotonic()
-                self._seats.n_ctx = await read_slot_context(self.session, self.base_url)
+                self.n_ctx = await read_slot_context(self.session, self.base_url)
                 self._set_state("ready")
                 await self._watch()
             if self._stopping:
@@ -331,7 +335,7 @@ class BackendSupervisor:
 
     async def _spawn(self) -> None:
         port = free_port(self.settings.backend_host)
-        self._seats.n_ctx = None
+        self.n_ctx = None
         self._seats.url = f"http://{self.settings.backend_host}:{port}"
         argv = self.spec.argv(self.settings.backend_host, port)
         self.last_lines.clear()

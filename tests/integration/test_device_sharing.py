@@ -105,7 +105,8 @@ def shared_cpu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProx
 
 
 def ask(client: openai.OpenAI, model: str, task: str) -> tuple[str, float, str, float]:
-    """One request: (backend, its llama-server tokens/s, route reason, seconds waited)."""
+    """One request: (backend, its llama-server tokens/s, route reason, seconds waited for a
+    seat and the device)."""
     raw = client.chat.completions.with_raw_response.create(
         model=model,
         messages=[{"role": "user", "content": PROMPTS[task]}],
@@ -117,7 +118,7 @@ def ask(client: openai.OpenAI, model: str, task: str) -> tuple[str, float, str, 
         raw.headers["X-Specproxy-Backend"],
         float(timings["predicted_per_second"]),
         raw.headers["X-Specproxy-Route"],
-        float(raw.headers["X-Specproxy-Device-Wait"]),
+        float(raw.headers["X-Specproxy-Admit-Wait"]),
     )
 
 
@@ -180,7 +181,8 @@ def test_auto_requests_arriving_together_never_split_the_device(
     assert watcher.overlaps() == []
     for answers in rounds:
         routes = {r[2] for r in answers}
-        # Either all joined one backend, or whoever went elsewhere waited for the device.
+        # Either all joined one backend, or whoever went elsewhere waited (for the device, or
+        # for a slot of the backend the device ran).
         first = {r[0] for r in answers if r[3] == 0}
         assert len(first) == 1, answers
         assert routes <= {
