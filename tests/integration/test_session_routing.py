@@ -1,13 +1,9 @@
-"""Agent sessions on real backends: turns stay where their prompt is cached, and a busy machine
-during measurement does not decide routing once it is quiet again."""
+"""Agent sessions on real backends: turns stay where their prompt is cached (a busy machine's
+samples: tests/integration/test_contended_samples.py)."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -17,7 +13,6 @@ from tests.helpers import ROOT, get_json
 from tests.subprocess_proxy import RunningProxy, running_proxy, wait_calibrated
 
 TEST_CONFIG = ROOT / "tests" / "configs" / "test.yaml"
-THREADS_CONFIG = ROOT / "tests" / "configs" / "threads.yaml"
 # An agent's system prompt, in the shape CLIENTS.md shows (rules, then tools), cut to fit the
 # test model's 2 k context with room for three turns.
 SYSTEM = "\n".join(
@@ -117,58 +112,3 @@ def test_a_sessions_turns_stay_on_the_backend_that_caches_their_prompt(
         if x.startswith("specproxy_cached_prompt_tokens_total") and f'backend="{backends[0]}"' in x
     ]
     assert sum(saved) >= sum(cached[1:])
-
-
-def hogs() -> list[subprocess.Popen[bytes]]:
-    """As many busy loops as the machine has cores: another program taking every CPU."""
-    return [
-        subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        for _ in range(os.cpu_count() or 2)
-    ]
-
-
-def test_samples_from_a_busy_machine_do_not_decide_once_it_is_quiet(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> None:
-    log = tmp_path_factory.mktemp("busy") / "proxy.log"
-    with running_proxy(
-        THREADS_CONFIG, log, SPECPROXY_EXPLORE_SHARE="0", SPECPROXY_CALIBRATION_REQUESTS="0"
-    ) as proxy:
-        ask = {"messages": [{"role": "user", "content": "Write a short poem about the sea."}]}
-        ask["max_tokens"] = 48  # type: ignore[assignment]
-
-        def send(model: str) -> requests.Response:
-            resp = requests.post(
-                f"{proxy.url}/v1/chat/completions", json={"model": model, **ask}, timeout=120
-            )
-            assert resp.status_code == 200, resp.text
-            return resp
-
-        # Two threads measured while every core is taken; one thread measured on a quiet
-        # machine. Taken at face value, one thread now looks the faster.
-        busy = hogs()
-        try:
-            time.sleep(1.0)
-            for _ in range(3):
-                send("two")
-        finally:
-            for hog in busy:
-                hog.kill()
-                hog.wait()
-        time.sleep(1.5)
-        for _ in range(3):
-            send("one")
-        board = {r["backend"]: r for r in get_json(f"{proxy.url}/scoreboard")[1]["estimates"]}  # type: ignore[union-attr]
-        assert board["two"]["contended"] and not board["one"]["contended"], board
-        assert board["two"]["tokens_per_s"] < board["one"]["tokens_per_s"], board
-        routes = [
-            (r.headers["X-Specproxy-Backend"], r.headers["X-Specproxy-Route"])
-            for r in (send("auto") for _ in range(4))
-        ]
-        # Quiet again: the busy-machine estimate is re-measured at once, and then decides.
-        assert routes[0] == ("two", "recheck"), routes
-        assert [b for b, _ in routes[1:]] == ["two"] * 3, routes
-        # And it was right to: measured side by side on the quiet machine, two threads win.
-        quiet = {r["backend"]: r for r in get_json(f"{proxy.url}/scoreboard")[1]["estimates"]}  # type: ignore[union-attr]
-        assert not quiet["two"]["contended"]
-        assert quiet["two"]["tokens_per_s"] > quiet["one"]["tokens_per_s"], quiet
