@@ -23,16 +23,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from proxy.config import DEFAULT_CONFIG  # noqa: E402
 from proxy.llamacpp import Timings  # noqa: E402
+from proxy.testing.running_proxy import start_proxy  # noqa: E402
 
 POLICIES: dict[str, tuple[int, int]] = {
     # name: (threads per backend, device capacity)
@@ -53,53 +48,6 @@ POLICIES: dict[str, tuple[int, int]] = {
 }
 PROMPT = "Write a Python function that merges overlapping intervals, with a docstring and tests."
 CELL_TIMEOUT_S = 120.0
-
-
-class ServedProxy:
-    """`specproxy serve` on a free port with one config, as this benchmark runs it (JSON log)."""
-
-    def __init__(self, config: Path, log_path: Path) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = int(probe.getsockname()[1])
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = log_path
-        env = {
-            **os.environ,
-            "SPECPROXY_PORT": str(self.port),
-            "SPECPROXY_LOG_FORMAT": "json",
-            # Each policy measures afresh.
-            "SPECPROXY_SCOREBOARD_FILE": str(log_path.with_suffix(".scoreboard.json")),
-        }
-        with log_path.open("w") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "proxy", "--config", str(config), "serve"],
-                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
-            )  # fmt: skip
-
-    def wait_ready(self, timeout: float) -> None:
-        """Until /health says every backend is ready; raises if the proxy exits or never is."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"proxy exited:\n{self.log_path.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as resp:
-                    if json.load(resp).get("status") == "ok":
-                        return
-            except OSError:
-                pass  # not listening yet, or 503 while backends load
-            time.sleep(0.3)
-        raise TimeoutError(f"proxy not ready in {timeout:.0f} s (log: {self.log_path})")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
 
 
 @dataclass
@@ -180,7 +128,7 @@ async def measure(policy: str, tokens: int, workdir: Path) -> list[Cell]:
     threads, capacity = POLICIES[policy]
     config = workdir / f"{policy}.yaml"
     write_config(threads, capacity, config)
-    proxy = ServedProxy(config, workdir / f"{policy}.log")
+    proxy = start_proxy(config, workdir / f"{policy}.log", inherit_env=True)
     url = proxy.url
     cells: list[Cell] = []
     try:

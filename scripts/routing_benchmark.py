@@ -25,12 +25,8 @@ import argparse
 import json
 import os
 import random
-import signal
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,45 +36,10 @@ import openai
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from proxy.testing.running_proxy import RunningProxy, start_proxy  # noqa: E402
 from proxy.workload import measurement_pool  # noqa: E402
 
 Messages = list[dict[str, str]]
-
-
-def start_proxy(
-    config: Path | None, port: int, workdir: Path, calibrate: bool
-) -> subprocess.Popen[str]:
-    """A proxy on `port` with its log and scoreboard in `workdir`, once calibrated and ready."""
-    log = workdir / "proxy.log"
-    env = {
-        **os.environ,
-        "SPECPROXY_PORT": str(port),
-        "SPECPROXY_LOG_FORMAT": "json",
-        "SPECPROXY_SCOREBOARD_FILE": str(workdir / "scoreboard.json"),
-    }
-    if not calibrate:
-        env["SPECPROXY_CALIBRATION_REQUESTS"] = "0"
-    argv = [sys.executable, "-m", "proxy", *(["--config", str(config)] if config else []), "serve"]
-    with log.open("w") as fh:
-        proc = subprocess.Popen(
-            argv, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT, text=True
-        )
-    while not all_ready(port, calibrated=calibrate):
-        if proc.poll() is not None:
-            raise SystemExit(f"proxy exited:\n{log.read_text()[-2000:]}")
-        time.sleep(1)
-    return proc
-
-
-def all_ready(port: int, calibrated: bool = False) -> bool:
-    """Whether the proxy on `port` says every backend is ready (and, if asked, calibrated)."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as resp:
-            health = json.load(resp)
-    except (OSError, ValueError):
-        return False
-    done = health.get("calibration", {}).get("state") == "done"
-    return bool(health.get("status") == "ok" and (done or not calibrated))
 
 
 @dataclass(frozen=True)
@@ -141,15 +102,19 @@ def run_workload(
     from prompt to prompt, so a machine that slows down over minutes slows every mode alike.
     """
     workdirs = [Path(tempfile.mkdtemp(prefix="specproxy-routing-")) for _ in range(2)]
-    procs: list[subprocess.Popen[str]] = []
+    proxies: list[RunningProxy] = []
     try:
         # Only auto's proxy calibrates: the pinned one routes nothing, and calibration's
         # requests are not the benchmark's, so they teach its n-gram backend nothing it meets.
         for i, workdir in enumerate(workdirs):
-            procs.append(start_proxy(config, port + i, workdir, calibrate=i == 0))
+            calibrate = {} if i == 0 else {"SPECPROXY_CALIBRATION_REQUESTS": "0"}
+            proxy = start_proxy(
+                config, workdir / "proxy.log", port=port + i, inherit_env=True, **calibrate
+            )
+            proxies.append(proxy)
+            proxy.wait_ready(3600, calibrated=True)
         auto_client, pinned_client = (
-            openai.OpenAI(base_url=f"http://127.0.0.1:{port + i}/v1", api_key="x", timeout=600)
-            for i in range(2)
+            openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="x", timeout=600) for proxy in proxies
         )
         backends = [m.id for m in pinned_client.models.list() if "auto" not in m.id]
         modes = ["auto", *backends]
@@ -161,10 +126,8 @@ def run_workload(
                 results[mode].append(run_one(client, mode, task, messages, tokens))
         return results
     finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            proc.wait(60)
+        for proxy in proxies:
+            proxy.stop()
 
 
 def main() -> None:

@@ -13,7 +13,6 @@ import json
 import os
 import random
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -25,6 +24,10 @@ from pathlib import Path
 import openai
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from proxy.testing.running_proxy import start_proxy  # noqa: E402
+
 PROMPTS = [
     ("Write a Python function that checks if a string is a palindrome.", False),
     ("Tell me a short story about a fox.", True),
@@ -83,20 +86,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8093)
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="specproxy-soak-"))
-    url = f"http://127.0.0.1:{args.port}"
-    env = {**os.environ, "SPECPROXY_PORT": str(args.port), "SPECPROXY_LOG_FORMAT": "json",
-           "SPECPROXY_SCOREBOARD_FILE": str(workdir / "scoreboard.json")}  # fmt: skip
-    with (workdir / "proxy.log").open("w") as log:
-        proxy = subprocess.Popen(
-            [sys.executable, "-m", "proxy", "--config", str(args.config), "serve"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    while True:
-        try:
-            if health(url)["status"] == "ok":
-                break
-        except OSError:
-            time.sleep(0.5)
+    running = start_proxy(args.config, workdir / "proxy.log", port=args.port, inherit_env=True)
+    proxy, url = running.process, running.url
+    running.wait_ready(600)
     start_usage = proxy_usage(proxy.pid)
     served: Counter[str] = Counter()
     errors: Counter[str] = Counter()
@@ -125,8 +117,7 @@ def main() -> None:
         t.join(180)
     end_usage = proxy_usage(proxy.pid)
     final = health(url)
-    proxy.send_signal(signal.SIGTERM)
-    proxy.wait(60)
+    running.stop()
     restarts = {n: b["restarts"] for n, b in final["backends"].items()}  # type: ignore[union-attr]
     print(f"\n{args.minutes:g} minutes, {args.clients} clients, {kills} backend kills")
     print(f"requests served: {served['ok']}; errors: {dict(errors) or 'none'}")

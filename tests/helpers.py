@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import os
 import socket
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,11 +16,13 @@ from typing import TypeVar
 
 import pytest
 
-T = TypeVar("T")
+# A caller's SPECPROXY_LLAMA_SERVER or SPECPROXY_API_KEYS would change what a test measures:
+# spawned proxies get clean_env's environment, shared with the scripts.
+from proxy.testing.running_proxy import ENV_PREFIX as ENV_PREFIX
+from proxy.testing.running_proxy import clean_env as clean_env
+from proxy.testing.running_proxy import get_json as get_json
 
-# The proxy reads every setting from SPECPROXY_<NAME> (proxy/config.py): a caller's
-# SPECPROXY_LLAMA_SERVER or SPECPROXY_API_KEYS would change what a test measures.
-ENV_PREFIX = "SPECPROXY_"
+T = TypeVar("T")
 
 # The repository: where every command a test runs starts, and what test paths are relative to.
 ROOT = Path(__file__).resolve().parent.parent
@@ -139,26 +138,7 @@ async def eventually(
 # --------------------------------------------------------------------------------------- HTTP
 
 
-def get_json(url: str, timeout: float = 5) -> tuple[int, dict[str, object]]:
-    """GET a JSON document, returning status and body even for error statuses."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return resp.status, json.load(resp)
-    except urllib.error.HTTPError as err:
-        return err.code, json.load(err)
-
-
 # -------------------------------------------------------------------------------- environment
-
-
-def clean_env(**env: str) -> dict[str, str]:
-    """os.environ without the caller's SPECPROXY_* variables, plus `env`: for a spawned proxy.
-
-    A test that wants a setting passes it here; nothing else of the caller's reaches the
-    process, so `SPECPROXY_LLAMA_SERVER=... pytest` tests what it tests anywhere.
-    """
-    kept = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
-    return {**kept, **env}
 
 
 def remove_specproxy_env(monkeypatch: pytest.MonkeyPatch) -> list[str]:
