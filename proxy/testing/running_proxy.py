@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,15 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from proxy.backends.launch import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 ENV_PREFIX = "SPECPROXY_"
-
-
-def free_port() -> int:
-    """A loopback port nobody listens on right now (someone may take it before it is bound)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def clean_env(**env: str) -> dict[str, str]:
@@ -119,7 +113,7 @@ def start_proxy(
     set some); its scoreboard is a file beside the log unless `env` names one, so each proxy
     measures afresh.
     """
-    port = port or free_port()
+    port = port or free_port("127.0.0.1")
     settings = {
         "SPECPROXY_PORT": str(port),
         "SPECPROXY_LOG_FORMAT": "json",
