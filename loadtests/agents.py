@@ -11,9 +11,9 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from proxy.config import default_cache_dir
 
@@ -132,7 +132,7 @@ def start(command: Command) -> subprocess.Popen[str]:
     )
 
 
-def claude_code(base_url: str, root: Path, timeout: float) -> Command:
+def claude_code(base_url: str, root: Path, timeout: float, task: str = TASK) -> Command:
     """Claude Code with nothing but ANTHROPIC_BASE_URL: its own default model name."""
     env = {
         **_home(root),
@@ -144,12 +144,12 @@ def claude_code(base_url: str, root: Path, timeout: float) -> Command:
         # Its per-request timeout: a 20 k-token first turn takes minutes on a CPU.
         "API_TIMEOUT_MS": str(int(timeout * 1000)),
     }
-    argv = [str(NPM_BIN / "claude"), "-p", TASK, "--output-format", "stream-json", "--verbose"]
+    argv = [str(NPM_BIN / "claude"), "-p", task, "--output-format", "stream-json", "--verbose"]
     argv += ["--max-turns", "3", "--permission-mode", "acceptEdits"]
     return _command("claude-code", argv, root, env, timeout)
 
 
-def codex(base_url: str, root: Path, timeout: float) -> Command:
+def codex(base_url: str, root: Path, timeout: float, task: str = TASK) -> Command:
     """Codex CLI over the Responses API, with the provider file CLIENTS.md shows (model auto;
     with no model it sends its own default, gpt-6.2-sol, and its own models' tool shapes)."""
     codex_home = root / "codex"
@@ -168,11 +168,11 @@ def codex(base_url: str, root: Path, timeout: float) -> Command:
     )
     env = {**_home(root), "CODEX_HOME": str(codex_home), "LOCAL_KEY": "local"}
     argv = [str(NPM_BIN / "codex"), "exec", "--json", "--sandbox", "workspace-write"]
-    argv += ["--skip-git-repo-check", "--ephemeral", TASK]
+    argv += ["--skip-git-repo-check", "--ephemeral", task]
     return _command("codex", argv, root, env, timeout)
 
 
-def opencode(base_url: str, root: Path, timeout: float) -> Command:
+def opencode(base_url: str, root: Path, timeout: float, task: str = TASK) -> Command:
     """opencode with an OpenAI-compatible provider file and model `auto`."""
     env = _home(root)
     config = Path(env["HOME"]) / ".config" / "opencode"
@@ -194,17 +194,17 @@ def opencode(base_url: str, root: Path, timeout: float) -> Command:
             }
         )
     )
-    argv = [str(NPM_BIN / "opencode"), "run", "--format", "json", TASK]
+    argv = [str(NPM_BIN / "opencode"), "run", "--format", "json", task]
     return _command("opencode", argv, root, env, timeout)
 
 
-def aider(base_url: str, root: Path, timeout: float) -> Command:
+def aider(base_url: str, root: Path, timeout: float, task: str = TASK) -> Command:
     """aider, whole-file edits, pointed at the base URL with model openai/auto."""
     env = _home(root)
     argv = [str(AIDER), "--yes-always", "--no-git", "--no-check-update", "--analytics-disable"]
     argv += ["--no-show-model-warnings", "--no-pretty", "--no-stream", "--edit-format", "whole"]
     argv += ["--openai-api-base", f"{base_url}/v1", "--openai-api-key", "local"]
-    argv += ["--model", "openai/auto", "--message", TASK, "hello.py"]
+    argv += ["--model", "openai/auto", "--message", task, "hello.py"]
     return _command("aider", argv, root, env, timeout)
 
 
@@ -221,7 +221,7 @@ def qwen_code(
     return _command("qwen-code", argv, root, env, timeout)
 
 
-def continue_cli(base_url: str, root: Path, timeout: float) -> Command:
+def continue_cli(base_url: str, root: Path, timeout: float, task: str = TASK) -> Command:
     """Continue's CLI with a config.yaml naming an OpenAI model at the base URL."""
     root.mkdir(parents=True, exist_ok=True)
     config = root / "continue.yaml"
@@ -230,11 +230,19 @@ def continue_cli(base_url: str, root: Path, timeout: float) -> Command:
         "  - name: local\n    provider: openai\n    model: gpt-4o\n"
         f"    apiBase: {base_url}/v1\n    apiKey: local\n"
     )
-    argv = [str(NPM_BIN / "cn"), "--config", str(config), "--auto", "-p", TASK]
+    argv = [str(NPM_BIN / "cn"), "--config", str(config), "--auto", "-p", task]
     return _command("continue", argv, root, _home(root), timeout)
 
 
-COMMANDS: dict[str, Callable[[str, Path, float], Command]] = {
+class Driver(Protocol):
+    """A driver: the command that runs one agent on `task` against base_url, in root."""
+
+    def __call__(self, base_url: str, root: Path, timeout: float, task: str = TASK) -> Command:
+        """The agent's command line and environment."""
+        ...
+
+
+COMMANDS: dict[str, Driver] = {
     "claude-code": claude_code,
     "codex": codex,
     "opencode": opencode,
@@ -244,9 +252,9 @@ COMMANDS: dict[str, Callable[[str, Path, float], Command]] = {
 }
 
 
-def run_agent(name: str, base_url: str, root: Path, timeout: float) -> AgentRun:
-    """Run one agent on TASK against base_url, in root."""
-    return run(COMMANDS[name](base_url, root, timeout), timeout)
+def run_agent(name: str, base_url: str, root: Path, timeout: float, task: str = TASK) -> AgentRun:
+    """Run one agent on `task` (TASK by default) against base_url, in root."""
+    return run(COMMANDS[name](base_url, root, timeout, task), timeout)
 
 
 def installed() -> bool:

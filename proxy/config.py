@@ -206,6 +206,20 @@ class Settings(BaseSettings):
     scoreboard_file: Path | None = Field(
         default=None, description="where measurements persist (default: in cache_dir)"
     )
+    prompt_archive_mib: int = Field(
+        default=8192,
+        ge=0,
+        description="disk kept for engines' long prompts across restarts (agents' system "
+        "prompts and tools, as llama-server slot files; least recently used evicted; 0: off)",
+    )
+    prompt_archive_dir: Path | None = Field(
+        default=None, description="where those prompts are kept (default: cache_dir/prompts)"
+    )
+    prompt_archive_min_tokens: int = Field(
+        default=1024,
+        ge=1,
+        description="shortest prompt worth keeping on disk (shorter ones recompute in seconds)",
+    )
 
     model_aliases: dict[str, str] = Field(
         default_factory=lambda: dict(AGENT_MODEL_ALIASES),
@@ -333,6 +347,12 @@ class Settings(BaseSettings):
         """Short hash of the backend definitions: measurements are only valid for the same ones."""
         blob = json.dumps([b.model_dump() for b in self.backends], sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    def prompt_archive_path(self) -> Path | None:
+        """Where engines' prompts are kept across restarts; None when that is off."""
+        if not self.prompt_archive_mib:
+            return None
+        return self.prompt_archive_dir or self.cache_dir / "prompts"
 
     def scoreboard_path(self) -> Path:
         """The scoreboard's file for this set of backends."""

@@ -18,6 +18,7 @@ from proxy.api.routes import add_routes
 from proxy.api.state import (
     CALIBRATION,
     CPU,
+    KEEPERS,
     METRICS,
     POOL,
     RECENT,
@@ -28,10 +29,12 @@ from proxy.api.state import (
     UPSTREAM,
 )
 from proxy.api.surfaces import SURFACES
+from proxy.backends.backend import Placement
 from proxy.backends.contention import CpuMeter
 from proxy.backends.discovery import Resolver
 from proxy.backends.launch import LaunchSpec
 from proxy.backends.pool import BackendPool
+from proxy.backends.prompt_keeper import PromptKeeper, PromptKeepers
 from proxy.config import Settings
 from proxy.log import get_logger
 from proxy.metrics import ProxyMetrics
@@ -39,6 +42,7 @@ from proxy.routing.aliases import ModelAliases
 from proxy.routing.calibration import calibrate
 from proxy.routing.classifier import TaskClassifier
 from proxy.routing.policy import RoutePolicy
+from proxy.routing.prefixes import PromptPrefix
 from proxy.routing.router import Router
 from proxy.routing.scoreboard import Scoreboard
 from proxy.traffic import CalibrationProgress, UserTraffic
@@ -105,10 +109,13 @@ def build_app(
             app[SESSION] = session
             app[UPSTREAM] = Upstream(pooled=pooled, fresh=session)
             app[POOL] = BackendPool(specs, settings, session, resolver)
+            app[KEEPERS] = _prompt_keepers(app, settings)
             app[POOL].start()
+            app[KEEPERS].start()
             try:
                 yield
             finally:
+                await app[KEEPERS].stop()
                 await app[POOL].stop()
 
     async def measurements_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -127,6 +134,31 @@ def build_app(
     app.cleanup_ctx.append(measurements_ctx)
     add_routes(app)
     return app
+
+
+def _prompt_keepers(app: web.Application, settings: Settings) -> PromptKeepers:
+    """A keeper for each process whose prompts are kept across restarts; what one restores,
+    the router takes that process to hold."""
+    root = settings.prompt_archive_path()
+    router = app[ROUTER]
+
+    def restored(engine: str, prefix: PromptPrefix, url: str, tokens: int) -> None:
+        router.prefixes.record(engine, prefix, Placement(url), tokens, slots=1)
+
+    if root is None:
+        return PromptKeepers([])
+    return PromptKeepers(
+        [
+            PromptKeeper(
+                process,
+                root,
+                settings.prompt_archive_mib * 2**20,
+                settings.prompt_archive_min_tokens,
+                restored,
+            )
+            for process in app[POOL].keeping_prompts
+        ]
+    )
 
 
 async def _keep_measured(

@@ -6,7 +6,7 @@ import time
 
 from aiohttp import web
 
-from proxy.api.state import METRICS, RECENT, ROUTER, SETTINGS
+from proxy.api.state import KEEPERS, METRICS, RECENT, ROUTER, SETTINGS
 from proxy.exchange import Exchange
 from proxy.llamacpp import Timings
 from proxy.log import get_logger
@@ -23,7 +23,19 @@ def record(app: web.Application, exchange: Exchange) -> None:
     if outcome is not None:  # else refused before any backend was chosen: the metrics count it
         upstream = exchange.upstream
         assert upstream is not None
-        _log(app, exchange, outcome, Timings.parse(upstream.timings))
+        timings = Timings.parse(upstream.timings)
+        _keep(app, exchange, timings)
+        _log(app, exchange, outcome, timings)
+
+
+def _keep(app: web.Application, exchange: Exchange, timings: Timings) -> None:
+    """Offer a finished request's prompt to its engine's keeper (kept across restarts)."""
+    route, upstream, prompt = exchange.route, exchange.upstream, exchange.prompt
+    if route is None or upstream is None or prompt is None or upstream.status != 200:
+        return
+    if KEEPERS in app:
+        held = timings.prompt_n + timings.cache_n + timings.predicted_n
+        app[KEEPERS].offer(route.backend.engine, prompt.prefix, held)
 
 
 def _log(app: web.Application, exchange: Exchange, outcome: Outcome, timings: Timings) -> None:

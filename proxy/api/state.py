@@ -9,6 +9,7 @@ from proxy.api.recent import RecentRequests
 from proxy.api.relay import Upstream
 from proxy.backends.contention import CpuMeter
 from proxy.backends.pool import BackendPool
+from proxy.backends.prompt_keeper import PromptKeepers
 from proxy.config import Settings
 from proxy.metrics import ProxyMetrics
 from proxy.routing.router import Router
@@ -24,3 +25,4 @@ CPU = web.AppKey("cpu", CpuMeter)
 RECENT = web.AppKey("recent", RecentRequests)
 TRAFFIC = web.AppKey("traffic", UserTraffic)
 CALIBRATION = web.AppKey("calibration", CalibrationProgress)
+KEEPERS = web.AppKey("keepers", PromptKeepers)

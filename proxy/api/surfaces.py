@@ -15,6 +15,11 @@ from typing import Any, Literal
 
 from proxy.api import validation as v
 from proxy.api.anthropic import MessagesStreamFix
+from proxy.api.billing_header import (
+    chat_without_billing,
+    messages_without_billing,
+    responses_without_billing,
+)
 from proxy.api.openai_stream import OpenAIStreamEnd
 from proxy.api.relay import OPENAI_WIRE, Wire
 from proxy.api.responses_stream import ResponsesStreamFix
@@ -57,12 +62,14 @@ def responses_view(body: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def responses_upstream(body: dict[str, Any]) -> dict[str, Any]:
-    """A Responses body as llama-server b11434 takes it: without `additional_tools` items.
+    """A Responses body as llama-server b11434 takes it: without `additional_tools` items
+    (nor Claude Code's billing line, proxy/api/billing_header.py).
 
     Codex sends its own models' tools (`gpt-*`, its default) as an `additional_tools` input
     item, which llama-server refuses ("Cannot determine type of 'item'"); they are namespaces
     of custom and function tools, of the kinds llama-server skips when they come as `tools`.
     """
+    body = responses_without_billing(body)
     items = body.get("input")
     if not isinstance(items, list) or not any(_is_tools_item(i) for i in items):
         return body
@@ -125,7 +132,14 @@ _WHOLE_CHAT = Wire(assemble="chat", rewriter=lambda body: OpenAIStreamEnd())
 _WHOLE_TEXT = Wire(assemble="completions", rewriter=lambda body: OpenAIStreamEnd())
 
 SURFACES: tuple[Surface, ...] = (
-    Surface("/v1/chat/completions", "chat", v.check_chat, "classifier", wire=_WHOLE_CHAT),
+    Surface(
+        "/v1/chat/completions",
+        "chat",
+        v.check_chat,
+        "classifier",
+        wire=_WHOLE_CHAT,
+        upstream=chat_without_billing,
+    ),
     Surface("/v1/completions", "completions", v.check_completions, "classifier", wire=_WHOLE_TEXT),
     Surface(
         "/v1/responses",
@@ -144,6 +158,7 @@ SURFACES: tuple[Surface, ...] = (
         "classifier",
         messages_view,
         _ANTHROPIC,
+        upstream=messages_without_billing,
     ),
     Surface("/infill", "infill", v.check_infill, "fim"),
     Surface("/completion", "completion", v.check_completions, "classifier"),
@@ -178,5 +193,6 @@ SURFACES: tuple[Surface, ...] = (
         v.check_anthropic_messages,
         wire=Wire(anthropic_errors=True, input_faults_are_400=True),
         uses_slot=False,
+        upstream=messages_without_billing,
     ),
 )

@@ -35,13 +35,18 @@ class LaunchSpec:
 
     # An engine's speculators, every one its backends use (None: the config's own kind).
     speculators: tuple[str, ...] | None = None
+    # Where llama-server may write and read slot files (proxy/backends/prompt_keeper.py).
+    slot_save_path: Path | None = None
 
     def argv(self, host: str, port: int) -> list[str]:
         """The llama-server command line for this backend on host:port."""
         assert self.binary is not None and self.model_path is not None
-        return llama_server_argv(
+        argv = llama_server_argv(
             self.binary, self.config, self.model_path, self.draft_path, host, port, self.speculators
         )
+        if self.slot_save_path is not None:
+            argv += ["--slot-save-path", str(self.slot_save_path)]
+        return argv
 
 
 def engine_spec(name: str, members: list[LaunchSpec]) -> LaunchSpec:

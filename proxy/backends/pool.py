@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 from collections.abc import Iterator
 
@@ -13,6 +14,7 @@ from proxy.backends.devices import Device, build_devices, device_for
 from proxy.backends.discovery import Resolver, SystemResolver
 from proxy.backends.external import ExternalBackend
 from proxy.backends.launch import LaunchSpec, engine_spec
+from proxy.backends.prompt_keeper import keeps_prompts
 from proxy.backends.strategy import Strategy
 from proxy.backends.supervisor import BackendSupervisor
 from proxy.config import Settings
@@ -29,6 +31,16 @@ class BackendPool:
         resolver: Resolver | None = None,
     ):
         self.devices: dict[str, Device] = build_devices(settings)
+        archive = settings.prompt_archive_path()
+        if archive is not None:
+            archive.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+        def kept(spec: LaunchSpec) -> LaunchSpec:
+            """The spec with llama-server's slot files on, where its prompts are kept."""
+            if archive is None or not keeps_prompts(spec):
+                return spec
+            return dataclasses.replace(spec, slot_save_path=archive)
+
         self._by_name: dict[str, Backend] = {}
         # One process per shared engine, serving each of its backends as a Strategy.
         self._engines: list[BackendSupervisor] = []
@@ -38,7 +50,7 @@ class BackendPool:
                 sharing.setdefault(s.config.engine, []).append(s)
         engines: dict[str, BackendSupervisor] = {}
         for engine, members in sharing.items():
-            spec = engine_spec(engine, members)
+            spec = kept(engine_spec(engine, members))
             device = self.devices[spec.config.device_name]
             engines[engine] = BackendSupervisor(spec, settings.supervision(), session, device)
             self._engines.append(engines[engine])
@@ -49,7 +61,9 @@ class BackendPool:
                 continue
             if s.config.supervised:
                 device = self.devices[s.config.device_name]
-                self._by_name[name] = BackendSupervisor(s, settings.supervision(), session, device)
+                self._by_name[name] = BackendSupervisor(
+                    kept(s), settings.supervision(), session, device
+                )
                 continue
             self._by_name[name] = ExternalBackend(
                 s,
@@ -80,6 +94,16 @@ class BackendPool:
     def engines(self) -> list[BackendSupervisor]:
         """The processes that serve several backends each."""
         return list(self._engines)
+
+    @property
+    def keeping_prompts(self) -> list[BackendSupervisor]:
+        """The processes whose long prompts are kept on disk across restarts."""
+        processes = [*self._engines, *self]
+        return [
+            p
+            for p in processes
+            if isinstance(p, BackendSupervisor) and p.spec.slot_save_path is not None
+        ]
 
     def start(self) -> None:
         """Start supervising every backend and engine."""

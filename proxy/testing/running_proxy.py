@@ -110,14 +110,15 @@ def start_proxy(
     """Start `python -m proxy serve` with this config (None: the embedded default); no wait.
 
     Its SPECPROXY_* variables are only `env`'s unless `inherit_env` (a script run by a user who
-    set some); its scoreboard is a file beside the log unless `env` names one, so each proxy
-    measures afresh.
+    set some); its scoreboard and its prompts kept across restarts are beside the log unless
+    `env` names others, so each proxy measures afresh and starts cold.
     """
     port = port or free_port("127.0.0.1")
     settings = {
         "SPECPROXY_PORT": str(port),
         "SPECPROXY_LOG_FORMAT": "json",
         "SPECPROXY_SCOREBOARD_FILE": str(log_path.with_suffix(".scoreboard.json")),
+        "SPECPROXY_PROMPT_ARCHIVE_DIR": str(log_path.with_suffix(".prompts")),
         **env,
     }
     environ = {**os.environ, **settings} if inherit_env else clean_env(**settings)
