@@ -29,7 +29,8 @@ def _without_in_blocks(blocks: list[Any]) -> list[Any] | None:
     """Text blocks (Messages `system`, chat or Responses parts) without the line; None: none."""
     changed, kept = False, []
     for block in blocks:
-        if isinstance(block, dict) and block.get("type") in _TEXT_PARTS:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if isinstance(kind, str) and kind in _TEXT_PARTS:
             text = block.get("text")
             rest = _strip(text) if isinstance(text, str) else None
             if rest is not None:
@@ -58,7 +59,8 @@ def _without_in_messages(messages: Any) -> list[Any] | None:
         return None
     changed, kept = False, []
     for message in messages:
-        if isinstance(message, dict) and message.get("role") in _SYSTEM_ROLES:
+        role = message.get("role") if isinstance(message, dict) else None
+        if isinstance(role, str) and role in _SYSTEM_ROLES:
             stripped, content = _without_in_content(message.get("content"))
             if stripped:
                 changed = True
