@@ -5,6 +5,7 @@ a runner that stops the agent once its first turn has been answered."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -27,6 +28,12 @@ _GENERATED = re.compile(
     rb'"(?:content|text|partial_json)":\s*"[^"]|"tool_calls":\s*\[\s*\{|'
     rb'"type":\s*"response\.(?:output_text|function_call_arguments)\.delta".*"delta":\s*"[^"]'
 )
+# Where llama-server (and specproxy, relaying it) says how much of the prompt it found cached:
+# its timings, or the Messages API's usage (input_tokens there counts only what was computed).
+_CACHED = re.compile(
+    rb'"cache_n":\s*(\d+),\s*"prompt_n":\s*(\d+)|'
+    rb'"cache_read_input_tokens":\s*(\d+),\s*"input_tokens":\s*(\d+)'
+)
 
 
 @dataclass
@@ -38,6 +45,14 @@ class Seen:
     started: float
     first_token_s: float | None = None
     done: bool = False
+    cached_tokens: int | None = None
+    prompt_tokens: int | None = None
+
+    def note_cache(self, text: bytes) -> None:
+        """Note the last cache figures `text` carries."""
+        for match in _CACHED.finditer(text):
+            cached, computed = (int(g) for g in match.groups() if g is not None)
+            self.cached_tokens, self.prompt_tokens = cached, cached + computed
 
 
 @dataclass
@@ -72,9 +87,12 @@ class Relay:
                 if key.lower() not in ("content-length", "transfer-encoding", "connection"):
                     response.headers[key] = value
             await response.prepare(request)
+            tail = b""
             async for chunk in upstream.content.iter_any():
                 if seen.first_token_s is None and _GENERATED.search(chunk):
                     seen.first_token_s = time.monotonic() - seen.started
+                seen.note_cache(tail + chunk)
+                tail = chunk[-200:]
                 await response.write(chunk)
             if seen.first_token_s is None:
                 seen.first_token_s = time.monotonic() - seen.started  # a whole answer
@@ -114,6 +132,15 @@ async def first_turn_s(
 ) -> float | None:
     """Run one agent session until its first turn is answered (then stop it); that turn's time
     to first token, None if it was not answered within `timeout` s."""
+    turn = await first_turn(name, relay, url, root, task, timeout)
+    return turn.first_token_s if turn is not None else None
+
+
+async def first_turn(
+    name: str, relay: Relay, url: str, root: Path, task: str, timeout: float
+) -> Seen | None:
+    """Run one agent session until its first turn is answered (then stop it); that turn, None
+    if it was not answered within `timeout` s."""
     relay.seen.clear()
     command = agents.COMMANDS[name](url, root, timeout, task)
     process = agents.start(command)
@@ -124,7 +151,14 @@ async def first_turn_s(
                 break
             await asyncio.sleep(0.5)
     finally:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
+        # The agent may have finished on its own; its group is gone then.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        out, err = process.communicate()
     turn = relay.first_turn()
-    return turn.first_token_s if turn is not None else None
+    if turn is None:
+        # Shown by pytest and the scripts when a session ends without its first turn.
+        print(
+            f"{name}: no first turn within {timeout:.0f} s; its output ends:\n{(out + err)[-2000:]}"
+        )
+    return turn

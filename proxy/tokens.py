@@ -30,7 +30,8 @@ _USAGE_LINES_KEPT = 4
 
 
 def counts_from_usage(answer: Mapping[str, Any]) -> dict[str, int]:
-    """`predicted_n` and `prompt_n` from the usage of a chat, Responses or Messages answer."""
+    """`predicted_n`, `prompt_n` and `cache_n` from the usage of a chat, Responses or Messages
+    answer."""
     usage = answer.get("usage")
     for wrapper in ("response", "message"):  # Responses and Messages stream events nest it
         inner = answer.get(wrapper)
@@ -43,12 +44,18 @@ def counts_from_usage(answer: Mapping[str, Any]) -> dict[str, int]:
     if generated is not None:
         counts["predicted_n"] = generated
     prompt = _first_int(usage, "input_tokens", "prompt_tokens")
+    # Messages count the cached tokens apart from input_tokens; Responses and chat inside it.
+    cached = _first_int(usage, "cache_read_input_tokens")
+    inside = cached is None
+    if inside:
+        for key in ("input_tokens_details", "prompt_tokens_details"):
+            details = usage.get(key)
+            if isinstance(details, Mapping) and cached is None:
+                cached = _first_int(details, "cached_tokens")
     if prompt is not None:
-        details = usage.get("input_tokens_details")
-        if "cache_read_input_tokens" not in usage and isinstance(details, Mapping):
-            # Responses count cached tokens inside input_tokens; Messages count them apart.
-            prompt -= _first_int(details, "cached_tokens") or 0
-        counts["prompt_n"] = max(prompt, 0)
+        counts["prompt_n"] = max(prompt - ((cached or 0) if inside else 0), 0)
+    if cached is not None:
+        counts["cache_n"] = cached
     return counts
 
 

@@ -1,7 +1,7 @@
 """Warm sessions benchmark: a real agent's first turn in a first session, in a second session
-with another task in another directory, and in the first session after a restart, through
-specproxy and through bare llama-server (the same binary, model and flags as specproxy's
-engine), side by side in one run.
+with another task, and in the first session after a restart (a third task), all in one work
+directory, through specproxy and through bare llama-server (the same binary, model and flags as
+specproxy's engine), side by side in one run.
 
 Each agent (loadtests/agents.py, installed by scripts/install-agents.sh) reaches its server
 through the same timing relay, which notes when each request was sent and when its first
@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from loadtests import agents  # noqa: E402
 from loadtests.bare import BareServer, free_port, log  # noqa: E402
-from loadtests.first_turns import Relay, first_turn_s, relay_at  # noqa: E402
+from loadtests.first_turns import Relay, first_turn, relay_at  # noqa: E402
 from proxy.backends.launch import engine_spec, prepare_backends  # noqa: E402
 from proxy.config import load_settings  # noqa: E402
 from proxy.testing.running_proxy import RunningProxy, start_proxy  # noqa: E402
@@ -95,6 +95,8 @@ class Proxy(Target):
             self._out / f"specproxy-{self._starts}.log",
             SPECPROXY_CALIBRATION_REQUESTS="0",
             SPECPROXY_PROMPT_ARCHIVE_DIR=str(self._archive),
+            # What it measured survives the restart, as a user's scoreboard does.
+            SPECPROXY_SCOREBOARD_FILE=str(self._archive.with_suffix(".scoreboard.json")),
         )
         self._proxy.wait_ready(900)
         return self._proxy.url
@@ -104,27 +106,41 @@ class Proxy(Target):
             self._proxy.stop()
 
 
-async def measure(name: str, target: Target, out: Path) -> dict[str, float | None]:
-    """The three cases for one agent on one target."""
+async def measure(
+    name: str, target: Target, out: Path, cases: tuple[str, ...] = CASES
+) -> tuple[dict[str, float | None], dict[str, str]]:
+    """The cases for one agent on one target: each first turn's time to first token, and its
+    prompt tokens found cached."""
     relay = Relay()
     times: dict[str, float | None] = {}
+    cached: dict[str, str] = {}
     async with relay_at(relay) as url:
         relay.upstream = target.start()
         try:
             for case, task in zip(CASES, TASKS, strict=True):
+                if case not in cases:
+                    continue
                 if case == "after a restart":
                     target.stop()
                     relay.upstream = target.start()
-                root = out / f"{name}-{target.name}-{CASES.index(case)}"
-                times[case] = await first_turn_s(name, relay, url, root, task, RUN_TIMEOUT_S)
-                log(f"{name} on {target.name}, {case}: {times[case]} s")
+                root = out / f"{name}-{target.name}"
+                turn = await first_turn(name, relay, url, root, task, RUN_TIMEOUT_S)
+                times[case] = turn.first_token_s if turn is not None else None
+                if turn is not None and turn.prompt_tokens:
+                    cached[case] = f"{turn.cached_tokens:,}/{turn.prompt_tokens:,}"
+                log(f"{name} on {target.name}, {case}: {times[case]} s, cached {cached.get(case)}")
         finally:
             target.stop()
-    return times
+    return times, cached
 
 
-def markdown(results: dict[str, dict[str, dict[str, float | None]]]) -> str:
-    """The table: per agent, each case's time to first token on both, and the ratios."""
+Result = dict[str, dict[str, dict[str, float | None]]]  # agent -> target -> case -> TTFT
+Cached = dict[str, dict[str, dict[str, str]]]  # agent -> target -> case -> "cached/prompt"
+
+
+def markdown(results: Result, cached: Cached) -> str:
+    """The tables: per agent, each case's time to first token on both, the ratios, and the
+    prompt tokens each first turn found cached."""
 
     def s(value: float | None) -> str:
         return f"{value:.1f}" if value is not None else "-"
@@ -132,19 +148,44 @@ def markdown(results: dict[str, dict[str, dict[str, float | None]]]) -> str:
     def ratio(a: float | None, b: float | None) -> str:
         return f"{a / b:.2f}" if a is not None and b else "-"
 
+    first, second, restart = CASES
     lines = [
-        "| agent | first session: specproxy / bare (s) | second session, another task and "
-        "directory | after a restart | second / first, specproxy | after restart / first, "
-        "specproxy | specproxy / bare, second | specproxy / bare, after restart |",
+        "Time to first token of the first turn, s: specproxy / bare llama-server",
+        "",
+        "| agent | first session | second session, another task | after a restart | "
+        "second / first, specproxy | after a restart / first, specproxy | "
+        "specproxy / bare, second | specproxy / bare, after a restart |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, by in results.items():
-        p, b = by["specproxy"], by["llama-server"]
+        p, b = by["specproxy"], {**by["llama-server"]}
+        measured = restart in b
+        # Not measured (--no-bare-restart): a restarted llama-server is as cold as a new one.
+        b[restart] = b.get(restart, b[first])
         cells = [f"{s(p[c])} / {s(b[c])}" for c in CASES]
+        if not measured:
+            cells[2] += "*"
         lines.append(
-            f"| {name} | {' | '.join(cells)} | {ratio(p[CASES[1]], p[CASES[0]])} | "
-            f"{ratio(p[CASES[2]], p[CASES[0]])} | {ratio(p[CASES[1]], b[CASES[1]])} | "
-            f"{ratio(p[CASES[2]], b[CASES[2]])} |"
+            f"| {name} | {' | '.join(cells)} | {ratio(p[second], p[first])} | "
+            f"{ratio(p[restart], p[first])} | {ratio(p[second], b[second])} | "
+            f"{ratio(p[restart], b[restart])} |"
+        )
+    lines += [
+        "",
+        "Prompt tokens found cached / the first turn's prompt: specproxy; bare llama-server",
+        "",
+        "| agent | first session | second session, another task | after a restart |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for name, found in cached.items():
+        cells = [
+            f"{found['specproxy'].get(c, '-')}; {found['llama-server'].get(c, '-')}" for c in CASES
+        ]
+        lines.append(f"| {name} | {' | '.join(cells)} |")
+    if any(restart not in by["llama-server"] for by in results.values()):
+        lines.append(
+            "\n(* bare llama-server after a restart not measured again: a restarted "
+            "llama-server starts as cold as a new one, so its first session's figure stands)"
         )
     return "\n".join(lines) + "\n"
 
@@ -154,6 +195,11 @@ async def main() -> None:
     parser.add_argument("--config", type=Path, default=None)
     parser.add_argument("--agents", default=",".join(agents.COMMANDS))
     parser.add_argument("--out", type=Path, default=Path("warm-results"))
+    parser.add_argument(
+        "--no-bare-restart",
+        action="store_true",
+        help="skip bare llama-server's third session (it is as cold as its first)",
+    )
     args = parser.parse_args()
     if not agents.installed():
         raise SystemExit("agents are not installed: run scripts/install-agents.sh")
@@ -165,14 +211,19 @@ async def main() -> None:
     spec = (
         engine_spec(engine, [s for s in specs if s.config.engine == engine]) if engine else specs[0]
     )
-    results: dict[str, dict[str, dict[str, float | None]]] = {}
+    results: Result = {}
+    cached: Cached = {}
     for name in args.agents.split(","):
         bare = Bare(lambda port: spec.argv("127.0.0.1", port), out)
         proxy = Proxy(args.config, out, out / f"{name}-prompts")
-        results[name] = {t.name: await measure(name, t, out) for t in (bare, proxy)}
-        (out / "results.json").write_text(json.dumps(results, indent=1))
-        (out / "results.md").write_text(markdown(results))
-    print(markdown(results))
+        bare_cases = CASES[:2] if args.no_bare_restart else CASES
+        through, through_cached = await measure(name, proxy, out)
+        baseline, baseline_cached = await measure(name, bare, out, bare_cases)
+        results[name] = {proxy.name: through, bare.name: baseline}
+        cached[name] = {proxy.name: through_cached, bare.name: baseline_cached}
+        (out / "results.json").write_text(json.dumps({"ttft_s": results, "cached": cached}))
+        (out / "results.md").write_text(markdown(results, cached))
+    print(markdown(results, cached))
 
 
 if __name__ == "__main__":

@@ -43,6 +43,9 @@ _NEW_ENOUGH = 0.9
 # that starts meanwhile moves the slot's prompt to the RAM cache, where no save can reach it.
 _IDLE_WAIT_S = 30.0
 _POLL_S = 0.2
+# How long a stopping proxy waits for the saves it was offered: a user who stops it right after
+# an agent's first turn expects to find that turn's prompt after the restart.
+DRAIN_S = 15.0
 # llama-server's --cache-ram default (MiB), when the config sets none.
 _LLAMA_CACHE_RAM_MIB = 8192
 _TIMEOUT = aiohttp.ClientTimeout(total=300)
@@ -116,6 +119,9 @@ class PromptKeeper:
         self.store: PromptStore | None = None
         self.saved = 0
         self.restored = 0
+        self._pending = 0  # offered and not yet saved or dropped
+        self._settled = asyncio.Event()  # set while nothing is pending
+        self._settled.set()
 
     def offer(self, prefix: PromptPrefix, tokens: int) -> None:
         """A request on this engine finished with this prompt; keep it if it is worth keeping.
@@ -124,6 +130,8 @@ class PromptKeeper:
             return
         with contextlib.suppress(asyncio.QueueFull):
             self._offers.put_nowait(Offer(prefix, tokens))
+            self._pending += 1
+            self._settled.clear()
 
     async def run(self) -> None:
         """Restore at every start of the engine's process; save offers while it runs."""
@@ -143,7 +151,17 @@ class PromptKeeper:
                 offer = await asyncio.wait_for(self._offers.get(), timeout=1.0)
             except TimeoutError:
                 continue
-            await self._save(store, offer)
+            try:
+                await self._save(store, offer)
+            finally:
+                self._pending -= 1
+                if not self._pending:
+                    self._settled.set()
+
+    async def drain(self, deadline: float) -> None:
+        """Wait until the offered prompts are saved (or dropped), or until `deadline`."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._settled.wait(), max(0.0, deadline - time.monotonic()))
 
     async def _api(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         """One call to the engine's llama-server; its JSON answer, or an exception."""
@@ -311,8 +329,14 @@ class PromptKeepers:
         for task in self._tasks:
             task.add_done_callback(_log_failure)
 
-    async def stop(self) -> None:
-        """Stop the keepers (a save in progress is abandoned; its file has no manifest)."""
+    async def stop(self, drain_s: float = DRAIN_S) -> None:
+        """Stop the keepers once their offered prompts are saved, within `drain_s` (a save
+        still in progress then is abandoned; its file has no manifest)."""
+        deadline = time.monotonic() + drain_s
+        running = [
+            k for k, t in zip(self._by_engine.values(), self._tasks, strict=False) if not t.done()
+        ]
+        await asyncio.gather(*(k.drain(deadline) for k in running))
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
