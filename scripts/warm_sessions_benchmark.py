@@ -8,7 +8,9 @@ through the same timing relay, which notes when each request was sent and when i
 generated token came back (not a keep-alive or progress event); the agent is stopped once its
 first turn (its first request offering tools; aider's first request) has been answered. The
 restart stops the proxy (or llama-server) and starts it again; specproxy keeps its prompts in a
-directory of this run, so it starts cold.
+directory of this run, so it starts cold. specproxy routes as after a user's first `make serve`:
+with a scoreboard calibrated once at the start of the run (at the default settings) and copied
+for each agent.
 
     .venv/bin/python scripts/warm_sessions_benchmark.py [--config FILE] \
         [--agents claude-code,codex,opencode,aider,qwen-code,continue] [--out warm-results]
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -44,6 +47,7 @@ TASKS = [
 ]
 CASES = ("first session", "second session", "after a restart")
 RUN_TIMEOUT_S = 2400.0
+CALIBRATION_TIMEOUT_S = 3600.0
 
 
 class Target:
@@ -83,20 +87,24 @@ class Proxy(Target):
 
     name = "specproxy"
 
-    def __init__(self, config: Path | None, out: Path, archive: Path) -> None:
+    def __init__(self, config: Path | None, out: Path, archive: Path, board: Path) -> None:
         self._config, self._out, self._archive = config, out, archive
         self._proxy: RunningProxy | None = None
         self._starts = 0
+        # Routing as after a user's first `make serve`: the calibrated scoreboard, which then
+        # learns from this agent's turns and survives the restart as a user's does.
+        self._board = archive.with_suffix(".scoreboard.json")
+        shutil.copyfile(board, self._board)
 
     def start(self) -> str:
         self._starts += 1
         self._proxy = start_proxy(
             self._config,
-            self._out / f"specproxy-{self._starts}.log",
+            self._out / f"{self._archive.name}-specproxy-{self._starts}.log",
+            # Calibrated already: its cells hold their samples.
             SPECPROXY_CALIBRATION_REQUESTS="0",
             SPECPROXY_PROMPT_ARCHIVE_DIR=str(self._archive),
-            # What it measured survives the restart, as a user's scoreboard does.
-            SPECPROXY_SCOREBOARD_FILE=str(self._archive.with_suffix(".scoreboard.json")),
+            SPECPROXY_SCOREBOARD_FILE=str(self._board),
         )
         self._proxy.wait_ready(900)
         return self._proxy.url
@@ -104,6 +112,26 @@ class Proxy(Target):
     def stop(self) -> None:
         if self._proxy is not None:
             self._proxy.stop()
+
+
+def calibrated_scoreboard(config: Path | None, out: Path) -> Path:
+    """The scoreboard a user's `make serve` has after its first start: calibrated (at the
+    default settings) once, saved; kept in `out` for a rerun."""
+    board = out / "calibrated.scoreboard.json"
+    if board.is_file():
+        return board
+    log("calibrating a scoreboard, as a first `make serve` does")
+    proxy = start_proxy(
+        config,
+        out / "calibration.log",
+        SPECPROXY_SCOREBOARD_FILE=str(board),
+        SPECPROXY_PROMPT_ARCHIVE_DIR=str(out / "calibration-prompts"),
+    )
+    try:
+        proxy.wait_ready(CALIBRATION_TIMEOUT_S, calibrated=True)
+    finally:
+        proxy.stop()
+    return board
 
 
 async def measure(
@@ -211,11 +239,12 @@ async def main() -> None:
     spec = (
         engine_spec(engine, [s for s in specs if s.config.engine == engine]) if engine else specs[0]
     )
+    board = calibrated_scoreboard(args.config, out)
     results: Result = {}
     cached: Cached = {}
     for name in args.agents.split(","):
         bare = Bare(lambda port: spec.argv("127.0.0.1", port), out)
-        proxy = Proxy(args.config, out, out / f"{name}-prompts")
+        proxy = Proxy(args.config, out, out / f"{name}-prompts", board)
         bare_cases = CASES[:2] if args.no_bare_restart else CASES
         through, through_cached = await measure(name, proxy, out)
         baseline, baseline_cached = await measure(name, bare, out, bare_cases)
