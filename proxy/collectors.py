@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from proxy.backends.backend import Backend
 from proxy.backends.devices import Device
+from proxy.backends.strategy import Strategy
 from proxy.routing.scoreboard import Scoreboard
 
 
@@ -51,7 +51,7 @@ class BackendCollector:
 
     def __init__(
         self,
-        backends: Sequence[Backend],
+        backends: Sequence[Strategy],
         devices: Mapping[str, Device],
         fetched: Mapping[str, list[list[Metric] | None]],
     ) -> None:
@@ -87,7 +87,7 @@ class BackendCollector:
             labels=labels,
         )
         for b in self.backends:
-            for r in b.replicas:
+            for r in b.engine.replicas:
                 key = [b.name, r.url]
                 up.add_metric(key, 1 if r.ready else 0)
                 in_flight.add_metric(key, r.in_flight)
@@ -166,14 +166,14 @@ class BackendCollector:
         )
         for b in self.backends:
             key = [b.name, b.spec_type or "none"]
-            up.add_metric(key, 1 if b.ready else 0)
+            up.add_metric(key, 1 if b.engine.ready else 0)
             in_flight.add_metric(key, b.in_flight)
-            limit.add_metric(key, b.limit)
-            queued.add_metric(key, b.queued)
-            queue_limit.add_metric(key, b.max_queue)
-            restarts.add_metric(key, b.restarts)
-            failed.add_metric(key, b.failed_health_checks)
-            results = self.fetched.get(b.engine) or [None]
+            limit.add_metric(key, b.engine.limit)
+            queued.add_metric(key, b.engine.queued)
+            queue_limit.add_metric(key, b.engine.max_queue)
+            restarts.add_metric(key, b.engine.restarts)
+            failed.add_metric(key, b.engine.failed_health_checks)
+            results = self.fetched.get(b.engine.name) or [None]
             scraped.add_metric([b.name], 1 if all(r is not None for r in results) else 0)
         yield from (up, in_flight, limit, queued, queue_limit, restarts, failed, scraped)
         yield from self._replicas()

@@ -6,7 +6,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.backends.backend import Backend, Placement, SlotUse
+from proxy.backends.engine import Placement, SlotUse
+from proxy.backends.strategy import Strategy
 from proxy.measurement import Measurement
 from proxy.routing.prefixes import Cached, PromptPrefix
 
@@ -26,7 +27,7 @@ class Prompt:
 class Route:
     """Where the router sent the request, and why."""
 
-    backend: Backend
+    backend: Strategy
     reason: str
     level: int
     # What the router expected the backend to hold of the prompt.
@@ -69,7 +70,7 @@ class Exchange:
     requested_model: str | None = None
     model: str = ""
     # The backend the model id names, looked up once; None for `auto*`.
-    pinned: Backend | None = None
+    pinned: Strategy | None = None
     # classify: the task class (None for a passthrough) and the prompt's cache key
     task: str | None = None
     prompt: Prompt | None = None

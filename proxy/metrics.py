@@ -11,9 +11,9 @@ import aiohttp
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.metrics_core import Metric
 
-from proxy.backends.backend import Backend
 from proxy.backends.devices import Device
 from proxy.backends.scrape import scrape_backend
+from proxy.backends.strategy import Strategy
 from proxy.collectors import BackendCollector, ScoreboardCollector, Scrape
 from proxy.exchange import Exchange
 from proxy.llamacpp import Timings
@@ -68,7 +68,7 @@ class ProxyMetrics:
         )
         self.route_decisions = Counter(
             "specproxy_route_decisions",
-            "Backend choices by the router's reason (pinned, fastest, unmeasured, explore, ...)",
+            "Strategy choices by the router's reason (pinned, fastest, unmeasured, explore, ...)",
             [*per_backend, "reason"],
             registry=r,
         )
@@ -215,23 +215,25 @@ class ProxyMetrics:
 
     async def render(
         self,
-        backends: Iterable[Backend],
+        backends: Iterable[Strategy],
         devices: Mapping[str, Device],
         session: aiohttp.ClientSession,
-        engines: Iterable[Backend] = (),
     ) -> bytes:
-        """The exposition text: this registry, the supervisors' and devices' state and each
-        backend's own (each replica's, for an external backend; an engine's, labelled with the
-        engine, where backends share one process and its counters mix them)."""
+        """The exposition text: this registry, the engines' and devices' state and each
+        backend's own llama-server metrics (each replica's, for an external backend; an
+        engine's, labelled with the engine, where backends share one process and its counters
+        mix them)."""
         every = list(backends)
         targets = [
             (b.name, url, {"backend": b.name, **labels})
             for b in every
-            for url, labels in b.scrape_targets()
+            if not b.shares
+            for url, labels in b.engine.scrape_targets()
         ]
+        shared = {b.engine.name: b.engine for b in every if b.shares}
         targets += [
-            (e.name, url, {"engine": e.name, **labels})
-            for e in engines
+            (name, url, {"engine": name, **labels})
+            for name, e in shared.items()
             for url, labels in e.scrape_targets()
         ]
         upstream = await asyncio.gather(

@@ -28,12 +28,39 @@ class Backend:
         on_device(self.device, [self], share=1)
 
     @property
-    def engine(self) -> str:
-        return self.process or self.name
+    def engine(self) -> EngineOf:
+        return EngineOf(self)
 
     @property
     def load(self) -> int:
         return self.in_flight
+
+
+@dataclass(frozen=True)
+class EngineOf:
+    """The engine as the policy reads it, from the stand-in's own fields."""
+
+    backend: Backend
+
+    @property
+    def name(self) -> str:
+        return self.backend.process or self.backend.name
+
+    @property
+    def device(self) -> Device:
+        return self.backend.device
+
+    @property
+    def ready(self) -> bool:
+        return self.backend.ready
+
+    @property
+    def saturated(self) -> bool:
+        return self.backend.saturated
+
+    @property
+    def queue_full(self) -> bool:
+        return self.backend.queue_full
 
 
 def on_device(device: Device, backends: Sequence[Backend], share: int = 2) -> Device:

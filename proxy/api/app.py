@@ -29,9 +29,9 @@ from proxy.api.state import (
     UPSTREAM,
 )
 from proxy.api.surfaces import SURFACES
-from proxy.backends.backend import Placement
 from proxy.backends.contention import CpuMeter
 from proxy.backends.discovery import Resolver
+from proxy.backends.engine import Placement
 from proxy.backends.launch import LaunchSpec
 from proxy.backends.pool import BackendPool
 from proxy.backends.prompt_keeper import PromptKeeper, PromptKeepers
@@ -76,7 +76,7 @@ def build_app(
         share_prefixes=settings.share_prefixes,
     )
     # The proxy's own llama-servers are not "other programs" to the contention meter.
-    app[CPU] = CpuMeter(lambda: [b.pid for b in app[POOL]] if POOL in app else [])
+    app[CPU] = CpuMeter(lambda: [e.pid for e in app[POOL].engines] if POOL in app else [])
     app[RECENT] = RecentRequests()
     app[TRAFFIC] = UserTraffic()
     app[CALIBRATION] = CalibrationProgress()

@@ -15,7 +15,7 @@ from aiohttp import web
 from proxy.api.errors import ApiError
 from proxy.api.state import POOL, SESSION
 from proxy.api.surfaces import Surface
-from proxy.backends.backend import Backend
+from proxy.backends.strategy import Strategy
 from proxy.tokens import FEW_CHARS_PER_TOKEN
 
 # llama-server's own counters of a request's prompt tokens, by surface (the chat template and
@@ -99,7 +99,7 @@ def answer_budget(body: Mapping[str, Any]) -> int | None:
 class Fit:
     """The backends a request may go to, and the KV tokens it will hold on the one it takes."""
 
-    backends: list[Backend]
+    backends: list[Strategy]
     tokens: int
     prompt_tokens: int = 0
     # Seconds spent waiting on llama-server counting the prompt.
@@ -111,7 +111,7 @@ async def backends_that_fit(
     surface: Surface,
     body: dict[str, Any],
     body_bytes: int,
-    pinned: Backend | None,
+    pinned: Strategy | None,
 ) -> Fit:
     """The backends whose context holds this request's prompt; a clear 400 when none can.
 
@@ -125,20 +125,22 @@ async def backends_that_fit(
     pool = list(backends)
     if not surface.generates:
         return Fit(pool, 0)
-    known = [b.n_ctx for b in pool if b.ready and b.n_ctx is not None]
+    known = [b.engine.n_ctx for b in pool if b.engine.ready and b.engine.n_ctx is not None]
     tokens = estimate_tokens(body_bytes)
     waited = 0.0
     if known and may_overflow(body_bytes, min(known)):
-        ready = [b for b in pool if b.ready]
-        counter = pinned if pinned is not None and pinned.ready else ready[0]
+        ready = [b for b in pool if b.engine.ready]
+        counter = pinned if pinned is not None and pinned.engine.ready else ready[0]
         counting = time.monotonic()
-        counted = await count_prompt_tokens(app[SESSION], counter.base_url, surface.endpoint, body)
+        counted = await count_prompt_tokens(
+            app[SESSION], counter.engine.base_url, surface.endpoint, body
+        )
         waited += time.monotonic() - counting
         tokens = counted if counted is not None else tokens
         # llama-server refuses a prompt of n_ctx tokens or more; the answer may use the rest.
-        fit = [b for b in pool if b.n_ctx is None or b.n_ctx > tokens]
+        fit = [b for b in pool if b.engine.n_ctx is None or b.engine.n_ctx > tokens]
         if pinned is not None and pinned not in fit:
-            raise too_long(tokens, pinned.n_ctx or 0, pinned.name)
+            raise too_long(tokens, pinned.engine.n_ctx or 0, pinned.name)
         if not fit:
             raise too_long(tokens, max(known), None)
         pool = fit
@@ -149,7 +151,8 @@ async def backends_that_fit(
         room = [
             b
             for b in pool
-            if b.context_free is None or b.context_free >= min(held, b.n_ctx or held)
+            if b.engine.context_free is None
+            or b.engine.context_free >= min(held, b.engine.n_ctx or held)
         ]
         pool = room or pool
     return Fit(pool, held, tokens, waited)

@@ -21,7 +21,7 @@ async def list_models(request: web.Request) -> web.Response:
     # Exact aliases too, for clients that check their model is listed; patterns are not ids.
     aliases = router.exact_aliases()
     ids = [AUTO_MODEL, *AUTO_TASK_MODELS, *pool.names, *aliases]
-    contexts = {b.name: b.n_ctx for b in pool}
+    contexts = {b.name: b.engine.n_ctx for b in pool}
     # A routing id may go to any backend that holds the prompt: the largest context is its own.
     routed = max((n for n in contexts.values() if n is not None), default=None)
 
@@ -58,8 +58,8 @@ async def health(request: web.Request) -> web.Response:
             "waits": state.waits,
             "wait_s": round(state.wait_s, 3),
         }
-    ready = sum(1 for b in pool if b.ready)
-    replica_down = any(r.state == "unhealthy" for b in pool for r in b.replicas)
+    ready = sum(1 for b in pool if b.engine.ready)
+    replica_down = any(r.state == "unhealthy" for b in pool for r in b.engine.replicas)
     everything = ready == len(pool) and not replica_down
     status = "ok" if everything else "degraded" if ready else "unavailable"
     progress = request.app[CALIBRATION]
@@ -104,7 +104,7 @@ async def metrics(request: web.Request) -> web.Response:
     """GET /metrics: Prometheus text for the proxy, its router and every ready backend."""
     app = request.app
     pool = app[POOL]
-    body = await app[METRICS].render(pool, pool.devices, app[SESSION], pool.engines)
+    body = await app[METRICS].render(pool, pool.devices, app[SESSION])
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
 

@@ -7,7 +7,7 @@ import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from contextlib import nullcontext
+from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any
 
 from aiohttp import web
@@ -19,7 +19,7 @@ from proxy.api.record import record
 from proxy.api.relay import RelayTimeouts, relay
 from proxy.api.state import CPU, POOL, ROUTER, SETTINGS, TRAFFIC, UPSTREAM
 from proxy.api.surfaces import Surface
-from proxy.backends.backend import BackendSaturatedError, SlotUse
+from proxy.backends.engine import BackendSaturatedError, SlotUse
 from proxy.exchange import Admission, Exchange, Prompt, Route
 from proxy.measurement import CLIENT_GONE, Measurement
 from proxy.routing.agent_turns import session_intent
@@ -191,7 +191,7 @@ def _headers(exchange: Exchange, route: Route) -> dict[str, str]:
         "X-Specproxy-Route": route.reason,
         "X-Specproxy-Load-Level": str(route.level),
         "X-Request-Id": exchange.request_id,
-        "X-Specproxy-Device": route.backend.device.name,
+        "X-Specproxy-Device": route.backend.engine.device.name,
     }
     if exchange.requested_model is not None and exchange.model != exchange.requested_model:
         headers["X-Specproxy-Model"] = exchange.model
@@ -224,7 +224,7 @@ async def _serve(request: web.Request, surface: Surface, exchange: Exchange) -> 
             return await _admit_and_relay(request, surface, exchange, route, fit, sent)
         except ApiError as exc:
             # A pinned request may try again only on another replica of its backend.
-            pinned_down = exchange.pinned is not None and not route.backend.ready
+            pinned_down = exchange.pinned is not None and not route.backend.engine.ready
             if exc.code != "backend_unreachable" or pinned_down or attempt == 2:
                 raise
     raise AssertionError("unreachable")
@@ -249,11 +249,14 @@ async def _admit_and_relay(
     # it generated.
     exchange.retry()
     upstream = exchange.upstream = Measurement()
+    hold: AbstractAsyncContextManager[SlotUse]
     if surface.uses_slot:
         hold = backend.slot(fit.tokens, route.cached.worth_following, lambda: upstream.settled)
     else:
         # A passthrough (tokenize, templates) decodes nothing: any server of the backend.
-        hold = nullcontext(SlotUse(base_url=backend.base_url, device=backend.device.name))
+        hold = nullcontext(
+            SlotUse(base_url=backend.engine.base_url, device=backend.engine.device.name)
+        )
     timeouts = RelayTimeouts(
         first_token_s=settings.first_token_timeout_s,
         idle_s=settings.idle_timeout_s,
@@ -275,7 +278,7 @@ async def _admit_and_relay(
                 # A seat (a free slot, room in a shared KV cache) and the device: the wait for
                 # both, where Device-Wait is the device's alone.
                 headers["X-Specproxy-Admit-Wait"] = f"{admit_wait_s:.3f}"
-                admission = exchange.admission = Admission.of(use, backend.limit)
+                admission = exchange.admission = Admission.of(use, backend.engine.limit)
                 target = admission.placement.url
                 headers["X-Specproxy-Device"] = admission.device
                 headers["X-Specproxy-Device-Wait"] = f"{admission.device_wait_s:.3f}"
@@ -308,5 +311,5 @@ async def _admit_and_relay(
         # Only a lost connection says the server may be gone, and only until its health check
         # says otherwise; a bad answer or a slow connect is this request's failure alone.
         if upstream.connection_lost:
-            backend.mark_down(target)
+            backend.engine.mark_down(target)
     return response

@@ -35,7 +35,7 @@ def _keep(app: web.Application, exchange: Exchange, timings: Timings) -> None:
         return
     if KEEPERS in app:
         held = timings.prompt_n + timings.cache_n + timings.predicted_n
-        app[KEEPERS].offer(route.backend.engine, prompt.prefix, held)
+        app[KEEPERS].offer(route.backend.engine.name, prompt.prefix, held)
 
 
 def _log(app: web.Application, exchange: Exchange, outcome: Outcome, timings: Timings) -> None:
@@ -72,7 +72,7 @@ def _log(app: web.Application, exchange: Exchange, outcome: Outcome, timings: Ti
         expected_cached_tokens=route.cached.tokens if generates else None,
         contended=exchange.contended or None,
         duration_s=round(upstream.duration_s, 3),
-        device=admission.device if admission is not None else route.backend.device.name,
+        device=admission.device if admission is not None else route.backend.engine.device.name,
         device_wait_s=round(admission.device_wait_s, 3) if admission is not None else 0.0,
         # Waiting for another request to compute the prompt's start, which this one reused.
         prefix_wait_s=round(exchange.prefix_wait_s, 3) or None,

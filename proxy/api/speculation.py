@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from proxy.api.errors import ApiError
-from proxy.backends.backend import Backend
+from proxy.backends.strategy import Strategy
 
 PREFIX = "speculative."
 N_MAX = "speculative.n_max"
@@ -32,7 +32,7 @@ def refuse_on_auto(fields: Mapping[str, Any]) -> None:
         )
 
 
-def checked(fields: Mapping[str, Any], backend: Backend) -> dict[str, Any]:
+def checked(fields: Mapping[str, Any], backend: Strategy) -> dict[str, Any]:
     """The fields as the pinned backend's llama-server takes them, or a 400 saying why not."""
     if not fields:
         return {}

@@ -14,7 +14,7 @@ from html import escape
 from aiohttp import web
 
 from proxy.api.state import POOL, RECENT, ROUTER
-from proxy.backends.backend import Backend
+from proxy.backends.strategy import Strategy
 
 REFRESH_MS = 2000
 
@@ -71,26 +71,26 @@ def _text(value: object) -> str:
     return str(value)
 
 
-def _backends(backends: Sequence[Backend]) -> str:
+def _backends(backends: Sequence[Strategy]) -> str:
     rows: list[Sequence[object]] = []
     for b in backends:
-        where = ", ".join(f"{r.url} ({r.state}, {r.in_flight} in flight)" for r in b.replicas) or (
-            b.base_url or "–"
-        )
+        where = ", ".join(
+            f"{r.url} ({r.state}, {r.in_flight} in flight)" for r in b.engine.replicas
+        ) or (b.engine.base_url or "–")
         rows.append(
             (
                 b.name,
-                _state(b.state),
+                _state(b.engine.state),
                 b.spec.config.kind,
-                b.device.name,
+                b.engine.device.name,
                 # Backends sharing one llama-server name the same engine.
                 b.engine,
                 where,
                 b.in_flight,
-                b.queued,
-                b.limit,
-                b.restarts,
-                b.n_ctx,
+                b.engine.queued,
+                b.engine.limit,
+                b.engine.restarts,
+                b.engine.n_ctx,
             )
         )
     headers = ("backend", "state", "kind", "device", "engine", "server", "in flight", "queued")
@@ -157,7 +157,7 @@ def live_html(request: web.Request) -> str:
     """The part of the page that refreshes: everything but its frame."""
     pool = request.app[POOL]
     backends = list(pool)
-    ready = sum(b.ready for b in backends)
+    ready = sum(b.engine.ready for b in backends)
     overall = "ok" if ready == len(backends) else "degraded" if ready else "unavailable"
     recent = request.app[RECENT]
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -14,8 +14,8 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 
-from proxy.backends.backend import BackendSaturatedError, Placement, Settled, SlotUse
 from proxy.backends.devices import Device
+from proxy.backends.engine import BackendSaturatedError, Placement, Settled, SlotUse
 
 
 class Seats:
@@ -67,8 +67,8 @@ class Seats:
 ReleaseDevice = Callable[[Seats, bool], None]
 
 
-class Admission:
-    """One backend's admission over its servers: queue, seat and room, device."""
+class AdmissionQueue:
+    """One engine's admission over its servers: queue, seat and room, device."""
 
     def __init__(
         self,
@@ -179,3 +179,24 @@ class Admission:
         server.seated -= 1
         server.held_tokens -= tokens
         self.changed()
+
+
+class Queued:
+    """What an engine's admission queue tells about it (mixed into every engine)."""
+
+    _admission: AdmissionQueue
+
+    @property
+    def queued(self) -> int:
+        """Requests waiting for a seat or the device."""
+        return self._admission.queued
+
+    @property
+    def max_queue(self) -> int:
+        """Requests that may wait before a new one is refused."""
+        return self._admission.max_queue
+
+    @property
+    def queue_full(self) -> bool:
+        """Whether a new request would be refused: it would wait and the queue is full."""
+        return self._admission.queue_full

@@ -1,4 +1,4 @@
-"""ExternalBackend: llama-servers run elsewhere (`url`, `urls`), as replicas of one backend.
+"""ReplicatedEngine: llama-servers run elsewhere (`url`, `urls`), as replicas of one engine.
 
 Every replica serves the same configuration. Each is health-checked on its own and asked how many
 requests it holds (its `/metrics`, else `/slots`), so requests that other proxies send it count in
@@ -18,17 +18,17 @@ from typing import Any, Literal
 
 import aiohttp
 
-from proxy.backends.admission import Admission, Seats
-from proxy.backends.backend import (
+from proxy.backends.admission import AdmissionQueue, Queued, Seats
+from proxy.backends.devices import Device
+from proxy.backends.discovery import Resolver, discover, names_a_host
+from proxy.backends.engine import (
     BackendState,
     Placement,
     Settled,
     SlotUse,
-    common_health,
+    engine_health,
     wait_for,
 )
-from proxy.backends.devices import Device
-from proxy.backends.discovery import Resolver, discover, names_a_host
 from proxy.backends.launch import LaunchSpec
 from proxy.backends.supervisor import read_slot_context
 from proxy.config import Supervision
@@ -76,7 +76,7 @@ class Replica(Seats):
         self.others = 0 if held is None else max(0, held - own)
 
 
-class ExternalBackend:
+class ReplicatedEngine(Queued):
     """One backend served by llama-servers the proxy does not run: balanced, checked, measured."""
 
     def __init__(
@@ -102,7 +102,9 @@ class ExternalBackend:
         self._was_ready = False
         self._stopped = False
         self._ready = asyncio.Event()
-        self._admission = Admission(self.name, settings.max_queue, self._ready_replicas, self._done)
+        self._admission = AdmissionQueue(
+            self.name, settings.max_queue, self._ready_replicas, self._done
+        )
         self._watchers: dict[Replica, asyncio.Task[None]] = {}
         self._task: asyncio.Task[None] | None = None
         # What the policy sees before any replica is found: a device nobody else uses.
@@ -120,19 +122,9 @@ class ExternalBackend:
         """Each ready replica's /metrics, labelled with the replica."""
         return [(r.url, {"replica": r.url}) for r in self.replicas if r.ready]
 
-    @property
-    def engine(self) -> str:
-        """Its own process (or servers): it shares them with no other backend."""
-        return self.name
-
-    @property
-    def speculation(self) -> dict[str, Any]:
-        """Nothing: the process runs this backend's speculation for every request."""
-        return {}
-
     def health_view(self) -> dict[str, Any]:
         """Its part of GET /health, with its replicas."""
-        shown = common_health(self)
+        shown = engine_health(self)
         shown["replicas"] = [
             {
                 "url": r.url,
@@ -149,16 +141,6 @@ class ExternalBackend:
         if self.resolve_errors:
             shown["resolve_errors"] = self.resolve_errors
         return shown
-
-    @property
-    def spec_type(self) -> str | None:
-        """The speculation this backend runs (llama-server --spec-type), None for plain."""
-        return self.spec.config.spec_type
-
-    @property
-    def draft_n_max(self) -> int:
-        """Tokens drafted per step (llama-server's default is 3)."""
-        return self.spec.config.n_max
 
     @property
     def state(self) -> BackendState:
@@ -217,21 +199,6 @@ class ExternalBackend:
     def saturated(self) -> bool:
         """Whether every ready replica holds its limit, counting other proxies' requests."""
         return all(r.load >= self.limit for r in self.replicas if r.ready)
-
-    @property
-    def queue_full(self) -> bool:
-        """Whether a new request would be refused: it would wait and the queue is full."""
-        return self._admission.queue_full
-
-    @property
-    def queued(self) -> int:
-        """Requests waiting for a replica's seat or its device."""
-        return self._admission.queued
-
-    @property
-    def max_queue(self) -> int:
-        """Requests that may wait before a new one is refused."""
-        return self._admission.max_queue
 
     def _ready_replicas(self) -> list[Replica]:
         return [r for r in self.replicas if r.ready]

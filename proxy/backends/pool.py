@@ -1,4 +1,4 @@
-"""BackendPool: every configured backend (supervised or external) and the devices they share."""
+"""BackendPool: every configured backend as a strategy on its engine, and the devices they share."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from collections.abc import Iterator
 
 import aiohttp
 
-from proxy.backends.backend import Backend
 from proxy.backends.devices import Device, build_devices, device_for
 from proxy.backends.discovery import Resolver, SystemResolver
-from proxy.backends.external import ExternalBackend
+from proxy.backends.engine import Engine
+from proxy.backends.external import ReplicatedEngine
 from proxy.backends.launch import LaunchSpec, engine_spec
 from proxy.backends.prompt_keeper import keeps_prompts
 from proxy.backends.strategy import Strategy
-from proxy.backends.supervisor import BackendSupervisor
+from proxy.backends.supervisor import SupervisedEngine
 from proxy.config import Settings
 
 
@@ -41,47 +41,49 @@ class BackendPool:
                 return spec
             return dataclasses.replace(spec, slot_save_path=archive)
 
-        self._by_name: dict[str, Backend] = {}
-        # One process per shared engine, serving each of its backends as a Strategy.
-        self._engines: list[BackendSupervisor] = []
+        # One engine per process (or set of replicas); every configured backend is a Strategy
+        # on one, and those naming a shared `engine` are served together by its process.
+        self._by_name: dict[str, Strategy] = {}
+        self._engines: list[Engine] = []
         sharing: dict[str, list[LaunchSpec]] = {}
         for s in specs:
             if s.config.engine is not None:
                 sharing.setdefault(s.config.engine, []).append(s)
-        engines: dict[str, BackendSupervisor] = {}
-        for engine, members in sharing.items():
-            spec = kept(engine_spec(engine, members))
+        shared: dict[str, SupervisedEngine] = {}
+        for name, members in sharing.items():
+            spec = kept(engine_spec(name, members))
             device = self.devices[spec.config.device_name]
-            engines[engine] = BackendSupervisor(spec, settings.supervision(), session, device)
-            self._engines.append(engines[engine])
+            shared[name] = SupervisedEngine(spec, settings.supervision(), session, device)
+            self._engines.append(shared[name])
         for s in specs:
             name = s.config.name
             if s.config.engine is not None:
-                self._by_name[name] = Strategy(s, engines[s.config.engine])
+                self._by_name[name] = Strategy(s, shared[s.config.engine], shares=True)
                 continue
+            engine: Engine
             if s.config.supervised:
                 device = self.devices[s.config.device_name]
-                self._by_name[name] = BackendSupervisor(
-                    kept(s), settings.supervision(), session, device
+                engine = SupervisedEngine(kept(s), settings.supervision(), session, device)
+            else:
+                engine = ReplicatedEngine(
+                    s,
+                    settings.supervision(),
+                    session,
+                    functools.partial(
+                        device_for, devices=self.devices, backend=name, settings=settings
+                    ),
+                    resolver or SystemResolver(),
                 )
-                continue
-            self._by_name[name] = ExternalBackend(
-                s,
-                settings.supervision(),
-                session,
-                functools.partial(
-                    device_for, devices=self.devices, backend=name, settings=settings
-                ),
-                resolver or SystemResolver(),
-            )
+            self._engines.append(engine)
+            self._by_name[name] = Strategy(s, engine)
 
-    def __iter__(self) -> Iterator[Backend]:
+    def __iter__(self) -> Iterator[Strategy]:
         return iter(self._by_name.values())
 
     def __len__(self) -> int:
         return len(self._by_name)
 
-    def get(self, name: str) -> Backend | None:
+    def get(self, name: str) -> Strategy | None:
         """The backend with this name, if configured."""
         return self._by_name.get(name)
 
@@ -91,32 +93,29 @@ class BackendPool:
         return list(self._by_name)
 
     @property
-    def engines(self) -> list[BackendSupervisor]:
-        """The processes that serve several backends each."""
+    def engines(self) -> list[Engine]:
+        """Every engine, in configuration order: the processes and sets of replicas."""
         return list(self._engines)
 
     @property
-    def keeping_prompts(self) -> list[BackendSupervisor]:
+    def keeping_prompts(self) -> list[SupervisedEngine]:
         """The processes whose long prompts are kept on disk across restarts."""
-        processes = [*self._engines, *self]
         return [
-            p
-            for p in processes
-            if isinstance(p, BackendSupervisor) and p.spec.slot_save_path is not None
+            e
+            for e in self._engines
+            if isinstance(e, SupervisedEngine) and e.spec.slot_save_path is not None
         ]
 
     def start(self) -> None:
-        """Start supervising every backend and engine."""
-        for backend in self:
-            backend.start()
+        """Start supervising every engine."""
         for engine in self._engines:
             engine.start()
 
     async def wait_ready(self, timeout: float | None = None) -> bool:
-        """Wait until every backend is ready; False if timeout passes first."""
-        results = await asyncio.gather(*(b.wait_ready(timeout) for b in self))
+        """Wait until every engine is ready; False if timeout passes first."""
+        results = await asyncio.gather(*(e.wait_ready(timeout) for e in self._engines))
         return all(results)
 
     async def stop(self) -> None:
-        """Stop every backend (in parallel, each with its grace period)."""
-        await asyncio.gather(*(b.stop() for b in self), *(e.stop() for e in self._engines))
+        """Stop every engine (in parallel, each with its grace period)."""
+        await asyncio.gather(*(e.stop() for e in self._engines))

@@ -31,7 +31,7 @@ import aiohttp
 
 from proxy.backends.launch import LaunchSpec
 from proxy.backends.prompt_store import Fingerprint, PromptStore, StoredPrompt
-from proxy.backends.supervisor import BackendSupervisor
+from proxy.backends.supervisor import SupervisedEngine
 from proxy.log import get_logger
 from proxy.provision.pypi import sha256_of
 from proxy.routing.prefixes import PromptPrefix
@@ -104,7 +104,7 @@ class PromptKeeper:
 
     def __init__(
         self,
-        engine: BackendSupervisor,
+        engine: SupervisedEngine,
         root: Path,
         limit_bytes: int,
         min_tokens: int,

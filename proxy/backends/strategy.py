@@ -1,35 +1,51 @@
-"""Strategy: a backend served by an engine's llama-server that it shares with other backends."""
+"""Strategy: one way to decode (plain, n-gram, a draft model), routed as a backend onto an engine."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from proxy.backends.backend import Placement, ReplicaView, Settled, SlotUse, common_health
-from proxy.backends.devices import Device
+from proxy.backends.engine import Engine, Placement, Settled, SlotUse
 from proxy.backends.launch import LaunchSpec
-from proxy.backends.supervisor import BackendSupervisor
 
 
 class Strategy:
-    """One way to decode (plain, n-gram, a draft model) on a shared engine: its own name, kind
-    and requests, the engine's process, slots, device and prompt cache.
+    """A routed backend: its name, kind and speculation, the requests it sent, and the engine
+    whose process, slots, device and prompt cache serve it.
 
-    The engine's supervisor owns the process and admission; a strategy counts only the requests
-    it sent, so the load on a device still sums to what its processes hold.
+    An engine may serve several strategies (`shares`): each request then carries its strategy's
+    speculation fields, and a strategy counts only the requests it sent, so the load on a
+    device still sums to what its processes hold. An engine serving one strategy runs its
+    speculation for every request, and its load (other proxies' requests on a replica
+    included) is the strategy's.
     """
 
-    def __init__(self, spec: LaunchSpec, engine: BackendSupervisor) -> None:
+    def __init__(self, spec: LaunchSpec, engine: Engine, shares: bool = False) -> None:
         self.spec = spec
         self.name = spec.config.name
-        self._engine = engine
+        self.engine = engine
+        self.shares = shares
         self.in_flight = 0
         self.in_background = 0  # of those, the proxy's own (calibration)
 
     @property
+    def spec_type(self) -> str | None:
+        """The speculation its requests use (None for plain decoding)."""
+        return self.spec.config.spec_type
+
+    @property
+    def draft_n_max(self) -> int:
+        """Tokens drafted per step (llama-server's default is 3)."""
+        return self.spec.config.n_max
+
+    @property
     def speculation(self) -> dict[str, Any]:
-        """Its speculators alone, at its draft length; none at all for plain decoding."""
+        """The fields each request carries to choose its speculation on a shared engine: its
+        speculators alone, at its draft length; none for plain decoding. Empty on an engine of
+        its own, which runs this speculation for every request."""
+        if not self.shares:
+            return {}
         speculators = self.spec.config.speculators
         if not speculators:
             return {"speculative.n_max": 0}
@@ -39,92 +55,11 @@ class Strategy:
         return fields
 
     @property
-    def engine(self) -> str:
-        """The process it runs in: where its prompts are cached and its device admits it."""
-        return self._engine.name
-
-    @property
-    def spec_type(self) -> str | None:
-        """The speculation its requests use (None for plain decoding)."""
-        return self.spec.config.spec_type
-
-    @property
-    def draft_n_max(self) -> int:
-        """Tokens drafted per step."""
-        return self.spec.config.n_max
-
-    @property
     def load(self) -> int:
-        """Users' requests it sent that the engine holds."""
-        return self.in_flight - self.in_background
-
-    @property
-    def limit(self) -> int:
-        return self._engine.limit
-
-    @property
-    def max_queue(self) -> int:
-        return self._engine.max_queue
-
-    @property
-    def queued(self) -> int:
-        return self._engine.queued
-
-    @property
-    def restarts(self) -> int:
-        return self._engine.restarts
-
-    @property
-    def state(self) -> str:
-        return self._engine.state
-
-    @property
-    def ready(self) -> bool:
-        return self._engine.ready
-
-    @property
-    def saturated(self) -> bool:
-        return self._engine.saturated
-
-    @property
-    def queue_full(self) -> bool:
-        return self._engine.queue_full
-
-    @property
-    def failed_health_checks(self) -> int:
-        return self._engine.failed_health_checks
-
-    @property
-    def device(self) -> Device:
-        return self._engine.device
-
-    @property
-    def n_ctx(self) -> int | None:
-        return self._engine.n_ctx
-
-    @property
-    def context_free(self) -> int | None:
-        return self._engine.context_free
-
-    @property
-    def base_url(self) -> str:
-        return self._engine.base_url
-
-    @property
-    def server_urls(self) -> frozenset[str]:
-        return self._engine.server_urls
-
-    @property
-    def pid(self) -> int | None:
-        return self._engine.pid
-
-    @property
-    def replicas(self) -> Sequence[ReplicaView]:
-        return self._engine.replicas
-
-    @property
-    def restartable(self) -> bool:
-        return self._engine.restartable
+        """Users' requests where its next request would go: on a shared engine those it sent."""
+        if self.shares:
+            return self.in_flight - self.in_background
+        return self.engine.load
 
     @asynccontextmanager
     async def slot(
@@ -135,7 +70,7 @@ class Strategy:
         background: bool = False,
     ) -> AsyncIterator[SlotUse]:
         """The engine's admission, counted as this strategy's request while held."""
-        async with self._engine.slot(tokens, prefer, settled, background) as use:
+        async with self.engine.slot(tokens, prefer, settled, background) as use:
             self.in_flight += 1
             self.in_background += background
             try:
@@ -144,25 +79,12 @@ class Strategy:
                 self.in_flight -= 1
                 self.in_background -= background
 
-    def mark_down(self, base_url: str | None = None) -> None:
-        self._engine.mark_down(base_url)
-
-    def scrape_targets(self) -> list[tuple[str, dict[str, str]]]:
-        """None: the engine's counters mix its strategies; /metrics reads them per engine."""
-        return []
-
     def health_view(self) -> dict[str, Any]:
-        """Its part of GET /health, naming the engine whose process serves it."""
-        return {**common_health(self), "engine": self._engine.name}
-
-    def start(self) -> None:
-        """Nothing: the pool starts the engine."""
-
-    async def wait_ready(self, timeout: float | None = None) -> bool:
-        return await self._engine.wait_ready(timeout)
-
-    async def stop(self) -> None:
-        """Nothing: the pool stops the engine."""
-
-    async def restart(self, timeout: float | None = None) -> bool:
-        return await self._engine.restart(timeout)
+        """Its part of GET /health: its engine's, with its own kind, speculation and requests."""
+        return {
+            **self.engine.health_view(),
+            "kind": self.spec.config.kind,
+            "spec_type": self.spec_type,
+            "in_flight": self.in_flight,
+            "load": self.load,
+        }

@@ -1,4 +1,4 @@
-"""BackendSupervisor: keeps one llama-server running, health-checked and restarted on exit."""
+"""SupervisedEngine: keeps one llama-server running, health-checked and restarted on exit."""
 
 from __future__ import annotations
 
@@ -14,17 +14,17 @@ from typing import Any
 
 import aiohttp
 
-from proxy.backends.admission import Admission, Seats
-from proxy.backends.backend import (
+from proxy.backends.admission import AdmissionQueue, Queued, Seats
+from proxy.backends.devices import Device
+from proxy.backends.engine import (
     BackendState,
     Placement,
     ReplicaView,
     Settled,
     SlotUse,
-    common_health,
+    engine_health,
     wait_for,
 )
-from proxy.backends.devices import Device
 from proxy.backends.launch import LaunchSpec, free_port
 from proxy.config import Supervision
 from proxy.llamacpp import slot_context, slots_processing
@@ -42,8 +42,8 @@ def _die_with_parent() -> None:
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-class BackendSupervisor:
-    """Owns one backend: starts it, knows whether it can serve, restarts it with backoff."""
+class SupervisedEngine(Queued):
+    """Owns one llama-server process: starts it, knows whether it can serve, restarts it with backoff."""
 
     def __init__(
         self,
@@ -61,7 +61,7 @@ class BackendSupervisor:
         self.limit = spec.config.max_concurrency or spec.config.parallel
         # Its one server: the process, at the port it has now.
         self._seats = Seats("", device, self.limit, spec.config.kv_unified)
-        self._admission = Admission(
+        self._admission = AdmissionQueue(
             self.name, settings.max_queue, lambda: (self._seats,), self._release_device
         )
         self.restarts = 0
@@ -111,16 +111,6 @@ class BackendSupervisor:
         return self._seats.held_tokens
 
     @property
-    def queued(self) -> int:
-        """Requests waiting for a seat or the device."""
-        return self._admission.queued
-
-    @property
-    def max_queue(self) -> int:
-        """Requests that may wait before a new one is refused."""
-        return self._admission.max_queue
-
-    @property
     def load(self) -> int:
         """Users' requests on the backend: its own process serves only this proxy."""
         return self._seats.load
@@ -134,11 +124,6 @@ class BackendSupervisor:
     def saturated(self) -> bool:
         """Whether every slot is busy (a new request would wait in the queue)."""
         return self.in_flight >= self.limit
-
-    @property
-    def queue_full(self) -> bool:
-        """Whether a new request would be refused: it would wait and the queue is full."""
-        return self._admission.queue_full
 
     @property
     def context_free(self) -> int | None:
@@ -220,29 +205,9 @@ class BackendSupervisor:
         """Its process's /metrics, while it serves."""
         return [(self.base_url, {})] if self.ready else []
 
-    @property
-    def engine(self) -> str:
-        """Its own process (or servers): it shares them with no other backend."""
-        return self.name
-
-    @property
-    def speculation(self) -> dict[str, Any]:
-        """Nothing: the process runs this backend's speculation for every request."""
-        return {}
-
     def health_view(self) -> dict[str, Any]:
         """Its part of GET /health."""
-        return common_health(self)
-
-    @property
-    def spec_type(self) -> str | None:
-        """The speculation this backend runs (llama-server --spec-type), None for plain."""
-        return self.spec.config.spec_type
-
-    @property
-    def draft_n_max(self) -> int:
-        """Tokens drafted per step (llama-server's default is 3)."""
-        return self.spec.config.n_max
+        return engine_health(self)
 
     @property
     def pid(self) -> int | None:

@@ -13,7 +13,7 @@ import aiohttp
 
 from proxy.backends.devices import Device
 from proxy.backends.launch import LaunchSpec, prepare_backend
-from proxy.backends.supervisor import BackendSupervisor
+from proxy.backends.supervisor import SupervisedEngine
 from proxy.bench.variants import Variant
 from proxy.config import Settings
 from proxy.llamacpp import METRIC_PREFIX, Timings, metric_value
@@ -133,7 +133,7 @@ async def _serving(
     # Alone on its device: the bench starts one variant at a time.
     device = Device("bench", capacity=1)
     device.add(spec.config.name, 1)
-    backend = BackendSupervisor(spec, settings.supervision(), session, device)
+    backend = SupervisedEngine(spec, settings.supervision(), session, device)
     backend.start()
     try:
         if not await backend.wait_ready(settings.ready_timeout_s):

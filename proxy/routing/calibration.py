@@ -7,8 +7,9 @@ from itertools import zip_longest
 
 import aiohttp
 
-from proxy.backends.backend import Backend, BackendSaturatedError
 from proxy.backends.contention import CpuMeter
+from proxy.backends.engine import BackendSaturatedError
+from proxy.backends.strategy import Strategy
 from proxy.llamacpp import Timings
 from proxy.log import get_logger
 from proxy.prompts import REFERENCE_PROMPTS, infill_body
@@ -43,7 +44,7 @@ def calibration_requests(task: str, count: int, max_prompt_tokens: int) -> list[
 
 
 async def calibrate(
-    backends: Sequence[Backend],
+    backends: Sequence[Strategy],
     scoreboard: Scoreboard,
     session: aiohttp.ClientSession,
     meter: CpuMeter,
@@ -83,7 +84,7 @@ async def calibrate(
     sent = 0
     refused: set[tuple[str, str]] = set()
     for i, (backend, task, request) in enumerate(todo, 1):
-        if not backend.ready or (backend.name, task) in refused:
+        if not backend.engine.ready or (backend.name, task) in refused:
             continue
         # Users first: a request of theirs that arrives while this one decodes waits for it
         # (its device admits in arrival order), never for the next.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 
-from proxy.backends.backend import RoutableBackend
+from proxy.backends.engine import RoutableBackend
 from proxy.routing.break_even import break_even_acceptance
 from proxy.routing.prefixes import WORTH_FOLLOWING_TOKENS
 from proxy.routing.ranking import (
@@ -67,7 +67,7 @@ class RoutePolicy:
         at level 1. Requests on other devices do not count; requests other proxies sent to an
         external backend do (it reports them).
         """
-        same = sum(b.load for b in backends if b.device is backend.device)
+        same = sum(b.load for b in backends if b.engine.device is backend.engine.device)
         return load_level(same + 1)
 
     def choose(
@@ -85,10 +85,10 @@ class RoutePolicy:
         """
         cost = cost or RequestCost()
         self._decisions += 1
-        ready = [b for b in backends if b.ready]
+        ready = [b for b in backends if b.engine.ready]
         if not ready:
             return None
-        ready = [b for b in ready if not b.queue_full] or ready
+        ready = [b for b in ready if not b.engine.queue_full] or ready
         levels = {b.name: self.level(b, backends) for b in ready}
         if len(ready) == 1:
             return RouteChoice(ready[0].name, "only_healthy", levels[ready[0].name])
@@ -185,9 +185,9 @@ class RoutePolicy:
             return None
         wait = self._wait_s(best, r.ranked, r.estimates, r.answer, r.levels)
         for other in r.ranked[1:]:
-            same = other.device is best.device
+            same = other.engine.device is best.engine.device
             joinable = self._starts_now(other) or (
-                same and other.load > 0 and other.device.admits_past_background(other.name)
+                same and other.load > 0 and other.engine.device.admits_past_background(other.name)
             )
             margin = JOIN_MARGIN if same else SPILL_MARGIN
             if joinable and r.about_as_fast(other, margin, 0.0 if same else wait):
@@ -198,12 +198,12 @@ class RoutePolicy:
         """Where the best's device runs another backend, wait for it, unless the backend that
         runs next there is about as fast: waiting for the best would wait for a second drain."""
         best = r.best
-        if self._starts_now(best) or best.device.admits(best.name):
+        if self._starts_now(best) or best.engine.device.admits(best.name):
             return None
-        upcoming = best.device.next_up()
+        upcoming = best.engine.device.next_up()
         for other in r.ranked[1:]:
-            same = other.device is best.device
-            runs_next = other.device.engine_of(other.name) == upcoming
+            same = other.engine.device is best.engine.device
+            runs_next = other.engine.device.engine_of(other.name) == upcoming
             if same and runs_next and r.about_as_fast(other, JOIN_MARGIN):
                 return r.choice(other, "join_queue")
         return r.choice(best, "wait_device")
@@ -365,7 +365,7 @@ class RoutePolicy:
             plain = [
                 speeds[o.name]
                 for o in ready
-                if o.spec_type is None and o.device is b.device and o.name in speeds
+                if o.spec_type is None and o.engine.device is b.engine.device and o.name in speeds
             ]
             if b.name in speeds and plain and _runs_a_draft_model(b):
                 speeds[b.name] = min(speeds[b.name], min(plain))
@@ -381,7 +381,7 @@ class RoutePolicy:
         levels: Mapping[str, int],
     ) -> float:
         """Expected wait before `best` starts: half an answer of what decodes on its device."""
-        running = [b for b in ready if b.device is best.device and b.load > 0]
+        running = [b for b in ready if b.engine.device is best.engine.device and b.load > 0]
         if not running:
             return 0.0
         return max(answer / max(estimates[b.name].tokens_per_s, 1e-9) for b in running) / 2
@@ -390,15 +390,17 @@ class RoutePolicy:
     def _starts_now(backend: RoutableBackend) -> bool:
         """Whether a request sent now would start decoding at once: a free slot, device room;
         the proxy's own calibration request, which a user's waits out, takes neither."""
-        return not backend.saturated and backend.device.admits_past_background(backend.name)
+        return not backend.engine.saturated and backend.engine.device.admits_past_background(
+            backend.name
+        )
 
     @staticmethod
     def _shares_device(backend: RoutableBackend, ready: Sequence[RoutableBackend]) -> bool:
-        return any(b is not backend and b.device is backend.device for b in ready)
+        return any(b is not backend and b.engine.device is backend.engine.device for b in ready)
 
     @staticmethod
     def _device_idle(backend: RoutableBackend, backends: Sequence[RoutableBackend]) -> bool:
-        return not any(b.load for b in backends if b.device is backend.device)
+        return not any(b.load for b in backends if b.engine.device is backend.engine.device)
 
     def _explore_target(
         self,

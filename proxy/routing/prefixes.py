@@ -17,7 +17,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.backends.backend import Placement
+from proxy.backends.engine import Placement
 from proxy.tokens import TYPICAL_CHARS_PER_TOKEN
 
 # Blocks of a long string (a `/v1/completions` prompt) are cut at this many characters, so two

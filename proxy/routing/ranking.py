@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from proxy.backends.backend import RoutableBackend
+from proxy.backends.engine import RoutableBackend
 from proxy.routing.scoreboard import Estimate
 
 RouteReason = Literal[

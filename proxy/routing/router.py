@@ -7,7 +7,8 @@ from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from proxy.backends.backend import Backend, RoutableBackend
+from proxy.backends.engine import RoutableBackend
+from proxy.backends.strategy import Strategy
 from proxy.exchange import Exchange, Route
 from proxy.llamacpp import Timings
 from proxy.measurement import CLIENT_GONE
@@ -113,7 +114,7 @@ class Router:
     @staticmethod
     def choose_any(backends: Sequence[B], cost: RequestCost | None = None) -> B:
         """A ready backend for a request every backend answers alike (the model is shared)."""
-        ready = [b for b in backends if b.ready]
+        ready = [b for b in backends if b.engine.ready]
         if not ready:
             raise NoBackendError("no backend is ready")
         # One that starts at once on its device first: another would wait for, or crowd, it;
@@ -122,7 +123,7 @@ class Router:
         return min(
             ready,
             key=lambda b: (
-                not b.device.admits_past_background(b.name),
+                not b.engine.device.admits_past_background(b.name),
                 b.load,
                 -held.get(b.name, 0),
             ),
@@ -131,7 +132,7 @@ class Router:
     def route(
         self,
         exchange: Exchange,
-        backends: Sequence[Backend],
+        backends: Sequence[Strategy],
         prompt_tokens: int,
         budget: int | None,
         quiet: bool,
@@ -141,7 +142,9 @@ class Router:
         UnknownModelError or NoBackendError."""
         prompt, model = exchange.prompt, exchange.model
         held = {
-            b.name: self.prefixes.cached(b.engine, prompt.prefix, b.server_urls, prompt.session)
+            b.name: self.prefixes.cached(
+                b.engine.name, prompt.prefix, b.engine.server_urls, prompt.session
+            )
             if prompt is not None
             else Cached(0, None)
             for b in backends
@@ -155,7 +158,7 @@ class Router:
         )
         pinned = exchange.pinned
         if pinned is not None:
-            if not pinned.ready:
+            if not pinned.engine.ready:
                 raise NoBackendError(f"backend {pinned.name!r} is not ready")
             level = self.policy.level(pinned, backends) if exchange.task is not None else 0
             return Route(pinned, "pinned", level, held[pinned.name])
@@ -176,7 +179,7 @@ class Router:
         route, prompt = exchange.route, exchange.prompt
         if route is None or prompt is None:
             return nullcontext(0.0)
-        engine = route.backend.engine
+        engine = route.backend.engine.name
         return self.sharing.turn(
             Shared(
                 engine=engine,
@@ -219,7 +222,7 @@ class Router:
         admission = exchange.admission
         if prompt is not None and admission is not None and upstream.status == 200:
             self.prefixes.record(
-                route.backend.engine,
+                route.backend.engine.name,
                 prompt.prefix,
                 admission.placement,
                 timings.prompt_n + timings.cache_n,

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from proxy.backends.admission import Admission, Seats
-from proxy.backends.backend import BackendSaturatedError, Placement
+from proxy.backends.admission import AdmissionQueue, Seats
+from proxy.backends.engine import BackendSaturatedError, Placement
 from proxy.backends.devices import Device
 
 
@@ -21,7 +21,7 @@ def _server(url: str = "http://a", limit: int = 4, n_ctx: int | None = 1000) -> 
 
 async def test_a_request_waits_for_room_in_a_shared_cache_and_goes_when_it_frees() -> None:
     server = _server()
-    admission = Admission("b", max_queue=8, servers=lambda: [server])
+    admission = AdmissionQueue("b", max_queue=8, servers=lambda: [server])
     order: list[str] = []
     first_in = asyncio.Event()
     release_first = asyncio.Event()
@@ -51,14 +51,14 @@ async def test_a_request_waits_for_room_in_a_shared_cache_and_goes_when_it_frees
 
 async def test_a_prompt_as_long_as_the_context_goes_on_an_empty_server() -> None:
     server = _server(n_ctx=1000)
-    admission = Admission("b", max_queue=8, servers=lambda: [server])
+    admission = AdmissionQueue("b", max_queue=8, servers=lambda: [server])
     async with admission.hold("full", tokens=5000) as (seats, use):
         assert seats is server and use.base_url == "http://a"
 
 
 async def test_a_full_queue_refuses_with_the_backends_message() -> None:
     server = _server(limit=1)
-    admission = Admission("b", max_queue=1, servers=lambda: [server])
+    admission = AdmissionQueue("b", max_queue=1, servers=lambda: [server])
     held = asyncio.Event()
     done = asyncio.Event()
 
@@ -82,7 +82,7 @@ async def test_a_full_queue_refuses_with_the_backends_message() -> None:
 
 async def test_the_preferred_server_is_taken_when_it_has_a_seat() -> None:
     a, b = _server("http://a"), _server("http://b")
-    admission = Admission("b", max_queue=8, servers=lambda: [a, b])
+    admission = AdmissionQueue("b", max_queue=8, servers=lambda: [a, b])
     async with admission.hold("full", prefer=Placement("http://b")) as (seats, _):
         assert seats is b
     a.in_flight = 0
@@ -93,7 +93,7 @@ async def test_the_preferred_server_is_taken_when_it_has_a_seat() -> None:
 
 async def test_a_cancelled_waiter_leaves_the_queue_and_holds_nothing() -> None:
     server = _server(limit=1)
-    admission = Admission("b", max_queue=8, servers=lambda: [server])
+    admission = AdmissionQueue("b", max_queue=8, servers=lambda: [server])
     async with admission.hold("full"):
         waiter = asyncio.create_task(admission.hold("full").__aenter__())
         await asyncio.sleep(0.01)
@@ -113,7 +113,7 @@ async def test_release_device_decides_when_the_device_is_given_back() -> None:
         released.append(abandoned)
         seats.device.release("b")
 
-    admission = Admission("b", max_queue=8, servers=lambda: [server], release_device=release)
+    admission = AdmissionQueue("b", max_queue=8, servers=lambda: [server], release_device=release)
     async with admission.hold("full", settled=lambda: True):
         pass
     async with admission.hold("full", settled=lambda: False):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from proxy.backends.backend import Placement
+from proxy.backends.engine import Placement
 from proxy.routing.policy import RoutePolicy
 from proxy.routing.prefixes import PrefixCache, PromptPrefix, session_key
 from proxy.routing.ranking import RequestCost

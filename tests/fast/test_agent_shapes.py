@@ -309,17 +309,17 @@ async def test_long_prompts_on_a_shared_kv_cache_are_counted_against_it() -> Non
     from proxy.backend_config import BackendConfig
     from proxy.backends.devices import Device
     from proxy.backends.launch import LaunchSpec
-    from proxy.backends.supervisor import BackendSupervisor
+    from proxy.backends.supervisor import SupervisedEngine
     from proxy.config import Settings
 
-    def supervisor(unified: bool) -> BackendSupervisor:
+    def supervisor(unified: bool) -> SupervisedEngine:
         cfg = BackendConfig(
             name="b", model="m.gguf", ctx_size=32768, parallel=4, kv_unified=unified
         )
         settings = Settings(backends=[cfg])
         device = Device("cpu", 2)
         device.add("b", 2)
-        sup = BackendSupervisor(LaunchSpec(config=cfg), settings.supervision(), None, device)  # type: ignore[arg-type]
+        sup = SupervisedEngine(LaunchSpec(config=cfg), settings.supervision(), None, device)  # type: ignore[arg-type]
         sup.n_ctx = 32768  # what /props says of both
         return sup
 

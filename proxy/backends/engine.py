@@ -1,4 +1,4 @@
-"""Backend: what the API, the router and the metrics may ask of a backend, supervised or not."""
+"""Engine: a llama-server process or a set of its replicas, as the API, router and metrics see it."""
 
 from __future__ import annotations
 
@@ -90,19 +90,12 @@ class DeviceView(Protocol):
     def engine_of(self, backend: str) -> str: ...
 
 
-class RoutableBackend(Protocol):
-    """What the routing policy needs to know about a backend."""
-
-    name: str
+class EngineView(Protocol):
+    """What the routing policy needs to know about the engine a strategy runs on."""
 
     @property
-    def engine(self) -> str:
-        """The process it runs in, by name (its own, unless it shares an engine's)."""
-        ...
-
-    @property
-    def load(self) -> int:
-        """Requests in flight where its next request would go, other proxies' included."""
+    def name(self) -> str:
+        """The process (or set of replicas) by name: where the prompts it processed are cached."""
         ...
 
     @property
@@ -112,29 +105,84 @@ class RoutableBackend(Protocol):
     def ready(self) -> bool: ...
 
     @property
-    def spec_type(self) -> str | None: ...
-
-    @property
-    def draft_n_max(self) -> int: ...
-
-    @property
     def saturated(self) -> bool: ...
 
     @property
     def queue_full(self) -> bool: ...
 
 
-class Backend(RoutableBackend, Protocol):
-    """A backend as everything above `proxy.backends` sees it: no caller tests its type."""
+class RoutableBackend(Protocol):
+    """What the routing policy needs to know about a strategy."""
+
+    name: str
+
+    @property
+    def engine(self) -> EngineView: ...
+
+    @property
+    def load(self) -> int:
+        """Users' requests in flight where its next request would go, other proxies' included."""
+        ...
+
+    @property
+    def spec_type(self) -> str | None: ...
+
+    @property
+    def draft_n_max(self) -> int: ...
+
+
+class Engine(Protocol):
+    """A llama-server process, or a set of replicas of one, serving one or more strategies."""
 
     spec: LaunchSpec
 
+    # --- what it is and where ---------------------------------------------------------------
     @property
-    def engine(self) -> str:
-        """The process it runs in, by name (its own, unless it shares an engine's): where the
-        prompts it processed are cached."""
+    def name(self) -> str: ...
+
+    @property
+    def device(self) -> Device: ...
+
+    @property
+    def base_url(self) -> str: ...
+
+    @property
+    def server_urls(self) -> frozenset[str]: ...
+
+    @property
+    def replicas(self) -> Sequence[ReplicaView]:
+        """The servers it balances over; empty for an engine that is one process."""
         ...
 
+    @property
+    def pid(self) -> int | None: ...
+
+    @property
+    def n_ctx(self) -> int | None: ...
+
+    @property
+    def context_free(self) -> int | None: ...
+
+    # --- health -----------------------------------------------------------------------------
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def ready(self) -> bool: ...
+
+    @property
+    def restarts(self) -> int: ...
+
+    @property
+    def failed_health_checks(self) -> int: ...
+
+    def mark_down(self, base_url: str | None = None) -> None: ...
+
+    def health_view(self) -> dict[str, Any]:
+        """Its part of GET /health."""
+        ...
+
+    # --- admission --------------------------------------------------------------------------
     @property
     def limit(self) -> int: ...
 
@@ -145,44 +193,18 @@ class Backend(RoutableBackend, Protocol):
     def queued(self) -> int: ...
 
     @property
-    def restarts(self) -> int: ...
-
-    @property
-    def state(self) -> str: ...
-
-    @property
     def in_flight(self) -> int: ...
 
     @property
-    def failed_health_checks(self) -> int: ...
-
-    @property
-    def device(self) -> Device: ...
-
-    @property
-    def n_ctx(self) -> int | None: ...
-
-    @property
-    def context_free(self) -> int | None: ...
-
-    @property
-    def base_url(self) -> str: ...
-
-    @property
-    def server_urls(self) -> frozenset[str]: ...
-
-    @property
-    def pid(self) -> int | None: ...
-
-    @property
-    def replicas(self) -> Sequence[ReplicaView]:
-        """The servers it balances over; empty for a backend that is one process."""
+    def load(self) -> int:
+        """Users' requests where its next request would go, other proxies' included."""
         ...
 
     @property
-    def restartable(self) -> bool:
-        """Whether the proxy can give it a fresh process (it runs one)."""
-        ...
+    def saturated(self) -> bool: ...
+
+    @property
+    def queue_full(self) -> bool: ...
 
     def slot(
         self,
@@ -191,24 +213,19 @@ class Backend(RoutableBackend, Protocol):
         settled: Settled | None = None,
         background: bool = False,
     ) -> AbstractAsyncContextManager[SlotUse]:
-        """Admission: its device's share and a concurrency slot, held for one request;
-        `background` for the proxy's own requests (calibration), which routing looks past."""
+        """Its device's share and a concurrency slot, held for one request; `background` for
+        the proxy's own requests (calibration), which routing looks past."""
         ...
 
-    @property
-    def speculation(self) -> dict[str, Any]:
-        """The fields each request carries to choose its speculation in a process it shares
-        with other backends; empty for a backend with a process of its own."""
-        ...
-
-    def mark_down(self, base_url: str | None = None) -> None: ...
-
+    # --- metrics ----------------------------------------------------------------------------
     def scrape_targets(self) -> list[tuple[str, dict[str, str]]]:
-        """Where its own llama-server metrics are read, with the labels each server adds."""
+        """Where its llama-server metrics are read, with the labels each server adds."""
         ...
 
-    def health_view(self) -> dict[str, Any]:
-        """Its part of GET /health."""
+    # --- lifecycle --------------------------------------------------------------------------
+    @property
+    def restartable(self) -> bool:
+        """Whether the proxy can give it a fresh process (it runs one)."""
         ...
 
     def start(self) -> None: ...
@@ -229,22 +246,20 @@ async def wait_for(event: asyncio.Event, timeout: float | None) -> bool:
     return True
 
 
-def common_health(b: Backend) -> dict[str, Any]:
-    """What /health shows of every backend, whatever serves it."""
+def engine_health(e: Engine) -> dict[str, Any]:
+    """What /health shows of every engine, whatever runs it."""
     return {
-        "state": b.state,
-        "kind": b.spec.config.kind,
-        "spec_type": b.spec_type,
-        "url": b.base_url,
-        "pid": b.pid,
-        "restarts": b.restarts,
-        "in_flight": b.in_flight,
-        "load": b.load,
-        "queued": b.queued,
-        "limit": b.limit,
-        "device": b.device.name,
-        # The process that serves it: backends sharing an engine name the same one.
-        "engine": b.engine,
+        "state": e.state,
+        "url": e.base_url,
+        "pid": e.pid,
+        "restarts": e.restarts,
+        "in_flight": e.in_flight,
+        "load": e.load,
+        "queued": e.queued,
+        "limit": e.limit,
+        "device": e.device.name,
+        # The process that serves it: strategies sharing an engine name the same one.
+        "engine": e.name,
         # Tokens one request may hold (prompt and answer), as llama-server reports it.
-        "n_ctx": b.n_ctx,
+        "n_ctx": e.n_ctx,
     }
