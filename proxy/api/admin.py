@@ -24,22 +24,24 @@ async def restart_backend(request: web.Request) -> web.Response:
     if backend is None:
         known = ", ".join(request.app[POOL].names)
         raise ApiError(404, f"no backend {name!r}; the backends are {known}", code="not_found")
-    if not backend.engine.restartable:
+    # A strategy sharing its engine restarts the process it shares.
+    engine = backend.engine
+    if not engine.restartable:
         raise ApiError(
             409,
             f"backend {name!r} is an external server; restart it where it runs",
             code="not_restartable",
         )
-    if backend.engine.in_flight or backend.engine.queued:
+    if engine.in_flight or engine.queued:
         raise ApiError(
             409,
-            f"backend {name!r} has {backend.engine.in_flight} requests in flight and {backend.engine.queued} "
+            f"backend {name!r} has {engine.in_flight} requests in flight and {engine.queued} "
             "queued; retry once it is idle (GET /health shows it)",
             code="backend_busy",
         )
     started = time.monotonic()
     timeout = request.app[SETTINGS].ready_timeout_s
-    if not await backend.engine.restart(timeout):
+    if not await engine.restart(timeout):
         raise ApiError(
             504,
             f"backend {name!r} was restarted but is not ready after {timeout:.0f} s; "
@@ -49,5 +51,5 @@ async def restart_backend(request: web.Request) -> web.Response:
     took = round(time.monotonic() - started, 2)
     log.info("backend restarted", backend=name, took_s=took)
     return web.json_response(
-        {"backend": name, "state": backend.engine.state, "pid": backend.engine.pid, "took_s": took}
+        {"backend": name, "state": engine.state, "pid": engine.pid, "took_s": took}
     )

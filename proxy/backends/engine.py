@@ -1,4 +1,4 @@
-"""Engine: a llama-server process or a set of its replicas, as the API, router and metrics see it."""
+"""Engine: a llama-server process or a set of its replicas, as routing and metrics see it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Strategy: one way to decode (plain, n-gram, a draft model), routed as a backend onto an engine."""
+"""Strategy: one way to decode (plain, n-gram, a draft model), routed onto an engine."""
 
 from __future__ import annotations
 

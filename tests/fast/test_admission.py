@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from proxy.backends.admission import AdmissionQueue, Seats
-from proxy.backends.engine import BackendSaturatedError, Placement
 from proxy.backends.devices import Device
+from proxy.backends.engine import BackendSaturatedError, Placement
 
 
 def _server(url: str = "http://a", limit: int = 4, n_ctx: int | None = 1000) -> Seats:
