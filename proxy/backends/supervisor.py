@@ -43,7 +43,7 @@ def _die_with_parent() -> None:
 
 
 class SupervisedEngine(Queued):
-    """Owns one llama-server process: starts it, knows whether it serves, restarts it with backoff."""
+    """Owns one llama-server process: starts it, checks its health, restarts it with backoff."""
 
     def __init__(
         self,
