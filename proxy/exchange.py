@@ -35,7 +35,7 @@ class Route:
 
 
 @dataclass(frozen=True)
-class Admission:
+class Admitted:
     """How the backend took the request: server, device, and the wait for them."""
 
     device: str
@@ -45,7 +45,7 @@ class Admission:
     slots: int
 
     @classmethod
-    def of(cls, use: SlotUse, slots: int) -> Admission:
+    def of(cls, use: SlotUse, slots: int) -> Admitted:
         """From the backend's hold on the request."""
         return cls(use.device, use.device_wait_s, Placement(use.base_url), slots)
 
@@ -62,6 +62,8 @@ class Exchange:
     endpoint: str
     request_id: str
     generates: bool = True
+    # The proxy's own request (calibration): admitted behind users', not counted as theirs.
+    background: bool = False
     started: float = field(default_factory=time.monotonic)
     # Seconds the client took to send its body.
     body_wait_s: float = 0.0
@@ -81,17 +83,19 @@ class Exchange:
     # Seconds waiting for another request on the engine to compute the start of this prompt.
     prefix_wait_s: float = 0.0
     # admit
-    admission: Admission | None = None
+    admission: Admitted | None = None
     # Seconds from asking the backend for a slot to holding it (the queue, room in a shared KV
     # cache, the device), over every attempt.
     admit_wait_s: float = 0.0
     # Seconds earlier attempts waited on a backend that then failed (its connect, above all).
     failed_attempts_wait_s: float = 0.0
+    # The server an attempt could not reach: a retry never goes back to it.
+    failed_server: str | None = None
     # Requests decoding at once on its device, on average over its hold (itself included).
     mean_load: float | None = None
-    # relay: the upstream's answer, and whether other programs took a good share of the
-    # machine's CPUs while it ran
-    upstream: Measurement | None = None
+    # relay: what the upstream's answer measured, and whether other programs took a good
+    # share of the machine's CPUs while it ran
+    measured: Measurement | None = None
     contended: bool = False
     # The client set its own speculation (a pinned backend): not the backend's measured speed.
     client_speculation: bool = False
@@ -100,9 +104,9 @@ class Exchange:
 
     def retry(self) -> None:
         """Start another attempt at the relay: what the last one waited stays waited."""
-        if self.upstream is not None:
-            self.failed_attempts_wait_s += self.upstream.waited_s
-        self.upstream, self.admission, self.mean_load = None, None, None
+        if self.measured is not None:
+            self.failed_attempts_wait_s += self.measured.waited_s
+        self.measured, self.admission, self.mean_load = None, None, None
 
     def own_s(self, now: float) -> float:
         """Seconds the proxy itself spent on the request: all of it but the waits on others
@@ -115,11 +119,11 @@ class Exchange:
             + self.admit_wait_s
             + self.failed_attempts_wait_s
         )
-        if self.upstream is not None:
-            waited += self.upstream.waited_s
+        if self.measured is not None:
+            waited += self.measured.waited_s
         return max(now - self.started - waited, 0.0)
 
     @property
     def answered(self) -> bool:
         """Whether the client had the whole answer (it may leave right after the last event)."""
-        return self.upstream is not None and self.upstream.answered
+        return self.measured is not None and self.measured.answered

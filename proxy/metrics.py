@@ -194,7 +194,7 @@ class ProxyMetrics:
         child(self.route_decisions, *labels, route.reason).inc()
         if route.reason == "explore":
             child(self.explorations, *labels).inc()
-        upstream = exchange.upstream
+        upstream = exchange.measured
         if upstream is None:
             return
         if upstream.ttft_s is not None:

@@ -63,6 +63,29 @@ def taken_port(host: str = "127.0.0.1") -> Iterator[int]:
         yield int(sock.getsockname()[1])
 
 
+@contextmanager
+def accepting_nothing(host: str = "127.0.0.1") -> Iterator[int]:
+    """A port whose listener accepts no connection: its accept queue is full, so the kernel
+    drops further SYNs and a connect hangs until its timeout, as against a server too busy to
+    accept (fault injection: a real llama-server cannot be made to do it on cue)."""
+    listener = socket.socket()
+    listener.bind((host, 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    fillers = []
+    try:
+        for _ in range(4):
+            filler = socket.socket()
+            filler.setblocking(False)
+            filler.connect_ex((host, port))
+            fillers.append(filler)
+        time.sleep(0.1)
+        yield port
+    finally:
+        for s in (*fillers, listener):
+            s.close()
+
+
 # ------------------------------------------------------------------------------------ waiting
 
 

@@ -5,19 +5,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import aiohttp
 from aiohttp import web
 
 from proxy.api.auth import api_key_middleware
+from proxy.api.background import keep_measured
 from proxy.api.errors import openai_errors
+from proxy.api.pipeline import PIPELINE, Pipeline
 from proxy.api.recent import RecentRequests
-from proxy.api.relay import BoundedConnector, Upstream, connection_reuse_trace
+from proxy.api.record import Recorder
+from proxy.api.relay import (
+    BoundedConnector,
+    RelayTimeouts,
+    UpstreamSessions,
+    connection_reuse_trace,
+)
 from proxy.api.routes import add_routes
 from proxy.api.state import (
     CALIBRATION,
-    CPU,
     KEEPERS,
     METRICS,
     POOL,
@@ -25,8 +31,6 @@ from proxy.api.state import (
     ROUTER,
     SESSION,
     SETTINGS,
-    TRAFFIC,
-    UPSTREAM,
 )
 from proxy.api.surfaces import SURFACES
 from proxy.backends.contention import CpuMeter
@@ -39,7 +43,6 @@ from proxy.config import Settings
 from proxy.log import get_logger
 from proxy.metrics import ProxyMetrics
 from proxy.routing.aliases import ModelAliases
-from proxy.routing.calibration import calibrate
 from proxy.routing.classifier import TaskClassifier
 from proxy.routing.policy import RoutePolicy
 from proxy.routing.prefixes import PromptPrefix
@@ -47,7 +50,6 @@ from proxy.routing.router import Router
 from proxy.routing.scoreboard import Scoreboard
 from proxy.traffic import CalibrationProgress, UserTraffic
 
-_SAVE_EVERY_S = 30.0
 log = get_logger("specproxy")
 
 
@@ -76,9 +78,8 @@ def build_app(
         share_prefixes=settings.share_prefixes,
     )
     # The proxy's own llama-servers are not "other programs" to the contention meter.
-    app[CPU] = CpuMeter(lambda: [e.pid for e in app[POOL].engines] if POOL in app else [])
+    cpu = CpuMeter(lambda: [e.pid for e in app[POOL].engines] if POOL in app else [])
     app[RECENT] = RecentRequests()
-    app[TRAFFIC] = UserTraffic()
     app[CALIBRATION] = CalibrationProgress()
     app[METRICS] = ProxyMetrics(
         {s.config.name: s.config.spec_type for s in specs},
@@ -107,9 +108,28 @@ def build_app(
             ) as pooled,
         ):
             app[SESSION] = session
-            app[UPSTREAM] = Upstream(pooled=pooled, fresh=session)
             app[POOL] = BackendPool(specs, settings, session, resolver)
             app[KEEPERS] = _prompt_keepers(app, settings)
+            app[PIPELINE] = Pipeline(
+                router=app[ROUTER],
+                pool=app[POOL],
+                sessions=UpstreamSessions(pooled=pooled, fresh=session),
+                counting=session,
+                timeouts=RelayTimeouts(
+                    first_token_s=settings.first_token_timeout_s,
+                    idle_s=settings.idle_timeout_s,
+                    whole_answer_s=settings.request_timeout_s,
+                ),
+                cpu=cpu,
+                traffic=UserTraffic(),
+                recorder=Recorder(
+                    app[METRICS],
+                    app[RECENT],
+                    app[ROUTER],
+                    app[KEEPERS],
+                    log_prompts=settings.log_prompts,
+                ),
+            )
             app[POOL].start()
             app[KEEPERS].start()
             try:
@@ -121,7 +141,9 @@ def build_app(
     async def measurements_ctx(app: web.Application) -> AsyncIterator[None]:
         path = settings.scoreboard_path()
         log.info("scoreboard loaded", path=str(path), estimates=scoreboard.load(path))
-        task = asyncio.create_task(_keep_measured(app, settings, scoreboard, path))
+        task = asyncio.create_task(
+            keep_measured(app[PIPELINE], settings, scoreboard, app[CALIBRATION], path)
+        )
         try:
             yield
         finally:
@@ -159,32 +181,3 @@ def _prompt_keepers(app: web.Application, settings: Settings) -> PromptKeepers:
             for process in app[POOL].keeping_prompts
         ]
     )
-
-
-async def _keep_measured(
-    app: web.Application, settings: Settings, scoreboard: Scoreboard, path: Path
-) -> None:
-    """Calibrate once backends are ready, then persist the scoreboard every half minute."""
-    pool = app[POOL]
-    progress = app[CALIBRATION]
-    if not settings.calibration_requests:
-        progress.state = "off"
-    await pool.wait_ready()
-    if settings.calibration_requests:
-        progress.state = "running"
-        made = await calibrate(
-            list(pool),
-            scoreboard,
-            app[SESSION],
-            app[CPU],
-            app[TRAFFIC],
-            settings.calibration_requests,
-            settings.calibration_max_tokens,
-            settings.calibration_prompts,
-            settings.calibration_echo_tokens,
-        )
-        log.info("calibration done", requests=made)
-        progress.state, progress.requests = "done", made
-    while True:
-        scoreboard.save(path)
-        await asyncio.sleep(_SAVE_EVERY_S)

@@ -3,17 +3,16 @@ and which backends have room for it now."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from aiohttp import web
 
 from proxy.api.errors import ApiError
-from proxy.api.state import POOL, SESSION
 from proxy.api.surfaces import Surface
 from proxy.backends.strategy import Strategy
 from proxy.tokens import FEW_CHARS_PER_TOKEN
@@ -105,9 +104,16 @@ class Fit:
     # Seconds spent waiting on llama-server counting the prompt.
     waited_s: float = 0.0
 
+    def without(self, server: str) -> Fit:
+        """The same fit without the backends served by `server` alone (it failed to connect);
+        a backend with other replicas stays, and its admission skips the one marked down."""
+        left = [b for b in self.backends if b.engine.server_urls != {server}]
+        return dataclasses.replace(self, backends=left)
+
 
 async def backends_that_fit(
-    app: web.Application,
+    backends: Iterable[Strategy],
+    session: aiohttp.ClientSession,
     surface: Surface,
     body: dict[str, Any],
     body_bytes: int,
@@ -121,7 +127,6 @@ async def backends_that_fit(
     requests in flight come first (the backend's admission waits for room rather than let
     llama-server fail the request mid-prompt).
     """
-    backends = app[POOL]
     pool = list(backends)
     if not surface.generates:
         return Fit(pool, 0)
@@ -133,7 +138,7 @@ async def backends_that_fit(
         counter = pinned if pinned is not None and pinned.engine.ready else ready[0]
         counting = time.monotonic()
         counted = await count_prompt_tokens(
-            app[SESSION], counter.engine.base_url, surface.endpoint, body
+            session, counter.engine.base_url, surface.endpoint, body
         )
         waited += time.monotonic() - counting
         tokens = counted if counted is not None else tokens

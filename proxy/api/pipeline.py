@@ -8,24 +8,30 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, nullcontext
+from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 
 from proxy.api import speculation
 from proxy.api.context_fit import Fit, answer_budget, backends_that_fit
 from proxy.api.errors import REQUEST_ID, ApiError
-from proxy.api.record import record
-from proxy.api.relay import RelayTimeouts, relay
-from proxy.api.state import CPU, POOL, ROUTER, SETTINGS, TRAFFIC, UPSTREAM
+from proxy.api.record import Recorder
+from proxy.api.relay import RelayTimeouts, UpstreamCall, UpstreamSessions, relay
 from proxy.api.surfaces import Surface
+from proxy.backends.contention import CpuMeter
 from proxy.backends.engine import BackendSaturatedError, SlotUse
-from proxy.exchange import Admission, Exchange, Prompt, Route
+from proxy.backends.pool import BackendPool
+from proxy.backends.strategy import Strategy
+from proxy.exchange import Admitted, Exchange, Prompt, Route
 from proxy.measurement import CLIENT_GONE, Measurement
 from proxy.routing.agent_turns import session_intent
-from proxy.routing.prefixes import PromptPrefix, session_key
-from proxy.routing.router import NoBackendError, UnknownModelError
+from proxy.routing.prefixes import Cached, PromptPrefix, session_key
+from proxy.routing.router import NoBackendError, Router, UnknownModelError
+from proxy.routing.scoreboard import load_level
 from proxy.tasks import AUTO_MODEL, AUTO_TASK_MODELS, ROUTING_MODEL_IDS
+from proxy.traffic import UserTraffic
 
 
 def _parse_json(raw: bytes) -> Any:
@@ -45,40 +51,10 @@ def handler(surface: Surface) -> Callable[[web.Request], Awaitable[web.StreamRes
     """The aiohttp handler of one surface."""
 
     async def handle(request: web.Request) -> web.StreamResponse:
-        return await _complete(request, surface)
+        return await request.app[PIPELINE].serve(request, surface)
 
     handle.__doc__ = f"POST {surface.path}."
     return handle
-
-
-async def _complete(request: web.Request, surface: Surface) -> web.StreamResponse:
-    """Serve one request and record it exactly once, errors included."""
-    exchange = Exchange(
-        surface.endpoint,
-        request.get(REQUEST_ID) or uuid.uuid4().hex[:16],
-        generates=surface.generates,
-    )
-    try:
-        with request.app[TRAFFIC].request():
-            response = await _serve(request, surface, exchange)
-        upstream = exchange.upstream
-        # A client that left before the end got no answer, however the relay returned.
-        gone = upstream is not None and upstream.error == CLIENT_GONE and not exchange.answered
-        exchange.status = 499 if gone else upstream.status if upstream is not None else 200
-        return response
-    except (ApiError, web.HTTPException) as exc:
-        exchange.status = exc.status
-        raise
-    except asyncio.CancelledError:
-        # "client closed request", as nginx counts it; unless it had the whole answer.
-        upstream = exchange.upstream
-        exchange.status = upstream.status if upstream is not None and exchange.answered else 499
-        raise
-    except Exception:
-        exchange.status = 500
-        raise
-    finally:
-        record(request.app, exchange)
 
 
 def _agent_intent(view: Mapping[str, Any]) -> str | None:
@@ -87,62 +63,6 @@ def _agent_intent(view: Mapping[str, Any]) -> str | None:
     if not view.get("tools") or not isinstance(messages, list):
         return None
     return session_intent(messages)
-
-
-def _choose(app: web.Application, exchange: Exchange, fit: Fit, budget: int | None) -> Route:
-    """The router's choice (by the whole request's cost for a task, else any ready backend),
-    refusals as errors."""
-    pool, model = app[POOL], exchange.model
-    try:
-        return app[ROUTER].route(
-            exchange, fit.backends, fit.prompt_tokens, budget, app[CPU].quiet_now()
-        )
-    except UnknownModelError:
-        ids = ", ".join([AUTO_MODEL, *AUTO_TASK_MODELS, *pool.names])
-        raise ApiError(
-            404,
-            f"model {model!r} does not exist; use one of: {ids} "
-            "(or map it to one with `model_aliases` in the config)",
-            code="model_not_found",
-            param="model",
-        ) from None
-    except NoBackendError as exc:
-        raise ApiError(
-            503,
-            f"{exc}; retry shortly (see GET /health)",
-            code="backend_unavailable",
-            headers={"Retry-After": "2"},
-        ) from None
-
-
-def _parse(app: web.Application, surface: Surface, raw: bytes, exchange: Exchange) -> None:
-    """Parse: the checked body and the model it names, an alias resolved."""
-    exchange.body = surface.check(_parse_json(raw))
-    exchange.requested_model = exchange.body.get("model")
-    exchange.model = app[ROUTER].resolve_model(exchange.requested_model or AUTO_MODEL)
-    exchange.pinned = app[POOL].get(exchange.model)
-
-
-def _classify(
-    app: web.Application,
-    surface: Surface,
-    headers: Mapping[str, str],
-    shaped: dict[str, Any],
-    exchange: Exchange,
-) -> None:
-    """Classify: the task class, and what the router may know of the prompt."""
-    if not surface.generates:
-        return  # a passthrough (tokenize, templates) has neither
-    view = surface.view(exchange.body)
-    try:
-        exchange.task = app[ROUTER].task_for(
-            view, exchange.model, headers.get("X-Specproxy-Task"), surface.fixed_task
-        )
-    except ValueError as exc:
-        raise ApiError(400, str(exc), code="invalid_task", param="X-Specproxy-Task") from None
-    exchange.prompt = Prompt(
-        PromptPrefix.of(shaped), session_key(exchange.body, headers), agent=_agent_intent(view)
-    )
 
 
 def _upstream_body(
@@ -168,21 +88,6 @@ def _upstream_body(
     return streamed
 
 
-def _client_speculation(app: web.Application, exchange: Exchange) -> dict[str, Any]:
-    """A client's `speculative.*` fields, checked against the backend it pinned."""
-    fields = speculation.client_fields(exchange.body)
-    if not fields or not exchange.generates:
-        return {}
-    if exchange.model in ROUTING_MODEL_IDS:
-        speculation.refuse_on_auto(fields)
-    backend = exchange.pinned
-    if backend is None:
-        return {}  # an unknown model: choosing it answers the 404
-    checked = speculation.checked(fields, backend)
-    exchange.client_speculation = bool(checked)
-    return checked
-
-
 def _headers(exchange: Exchange, route: Route) -> dict[str, str]:
     """The X-Specproxy-* headers that tell the client where its request went."""
     headers = {
@@ -198,118 +103,260 @@ def _headers(exchange: Exchange, route: Route) -> dict[str, str]:
     return headers
 
 
-async def _serve(request: web.Request, surface: Surface, exchange: Exchange) -> web.StreamResponse:
-    """parse → classify → choose → admit → relay; the record step reads `exchange` after."""
-    app = request.app
-    reading = time.monotonic()
-    raw = await request.read()
-    exchange.body_wait_s = time.monotonic() - reading
-    _parse(app, surface, raw, exchange)
-    # Refused before any wait for room: a bad setting is the client's to fix at once.
-    client_speculation = _client_speculation(app, exchange)
-    # The body as llama-server takes it (a client's shape adjusted), made once.
-    shaped = surface.upstream(exchange.body)
-    _classify(app, surface, request.headers, shaped, exchange)
-    fit = await backends_that_fit(app, surface, shaped, len(raw), exchange.pinned)
-    exchange.fit_wait_s = fit.waited_s
-    body = _upstream_body(surface, exchange.body, shaped)
-    budget = answer_budget(exchange.body)
-    # An unreachable backend received nothing, so an unpinned request may try one other.
-    for attempt in (1, 2):
-        route = exchange.route = _choose(app, exchange, fit, budget)
-        try:
-            # A backend sharing its process says how its requests decode there.
-            chosen = speculation.merged(route.backend.speculation, client_speculation)
-            sent = {**body, **chosen} if surface.generates else body
-            return await _admit_and_relay(request, surface, exchange, route, fit, sent)
-        except ApiError as exc:
-            # A pinned request may try again only on another replica of its backend.
-            pinned_down = exchange.pinned is not None and not route.backend.engine.ready
-            if exc.code != "backend_unreachable" or pinned_down or attempt == 2:
-                raise
-    raise AssertionError("unreachable")
+@dataclass(frozen=True)
+class Pipeline:
+    """The request path of every relayed surface and the collaborators it uses, built once."""
 
+    router: Router
+    pool: BackendPool
+    sessions: UpstreamSessions
+    # Where llama-server is asked to count a long prompt's tokens.
+    counting: aiohttp.ClientSession
+    timeouts: RelayTimeouts
+    cpu: CpuMeter
+    traffic: UserTraffic
+    recorder: Recorder
 
-async def _admit_and_relay(
-    request: web.Request,
-    surface: Surface,
-    exchange: Exchange,
-    route: Route,
-    fit: Fit,
-    body: dict[str, Any],
-) -> web.StreamResponse:
-    """Admit: hold the backend's device and slot; relay: send the request, relay its answer."""
-    app = request.app
-    settings = app[SETTINGS]
-    backend = route.backend
-    headers = _headers(exchange, route)
-    if "model" in body or surface.generates:
-        body = {**body, "model": backend.name}
-    # The metrics hold it from the start: a request cancelled mid-stream still counts what
-    # it generated.
-    exchange.retry()
-    upstream = exchange.upstream = Measurement()
-    hold: AbstractAsyncContextManager[SlotUse]
-    if surface.uses_slot:
-        hold = backend.slot(fit.tokens, route.cached.worth_following, lambda: upstream.settled)
-    else:
-        # A passthrough (tokenize, templates) decodes nothing: any server of the backend.
-        hold = nullcontext(
-            SlotUse(base_url=backend.engine.base_url, device=backend.engine.device.name)
+    async def serve(self, request: web.Request, surface: Surface) -> web.StreamResponse:
+        """Serve one request and record it exactly once, errors included."""
+        exchange = Exchange(
+            surface.endpoint,
+            request.get(REQUEST_ID) or uuid.uuid4().hex[:16],
+            generates=surface.generates,
         )
-    timeouts = RelayTimeouts(
-        first_token_s=settings.first_token_timeout_s,
-        idle_s=settings.idle_timeout_s,
-        whole_answer_s=settings.request_timeout_s,
-    )
-    meter = app[CPU]
-    use: SlotUse | None = None
-    target = ""  # the server the request went to: a replica of an external backend
-    router = app[ROUTER]
-    shares = surface.uses_slot
-    computing = router.computing(exchange, fit.prompt_tokens) if shares else nullcontext(0.0)
-    try:
-        async with computing as prefix_wait_s:
-            exchange.prefix_wait_s += prefix_wait_s
-            asked = time.monotonic()
-            async with hold as use:
-                admit_wait_s = time.monotonic() - asked
-                exchange.admit_wait_s += admit_wait_s
-                # A seat (a free slot, room in a shared KV cache) and the device: the wait for
-                # both, where Device-Wait is the device's alone.
-                headers["X-Specproxy-Admit-Wait"] = f"{admit_wait_s:.3f}"
-                admission = exchange.admission = Admission.of(use, backend.engine.limit)
-                target = admission.placement.url
-                headers["X-Specproxy-Device"] = admission.device
-                headers["X-Specproxy-Device-Wait"] = f"{admission.device_wait_s:.3f}"
-                started = meter.snapshot()
-                try:
-                    response = await relay(
-                        request,
-                        app[UPSTREAM],
-                        backend.name,
+        try:
+            with self.traffic.request():
+                response = await self._serve(request, surface, exchange)
+            measured = exchange.measured
+            # A client that left before the end got no answer, however the relay returned.
+            gone = measured is not None and measured.error == CLIENT_GONE and not exchange.answered
+            exchange.status = 499 if gone else measured.status if measured is not None else 200
+            return response
+        except (ApiError, web.HTTPException) as exc:
+            exchange.status = exc.status
+            raise
+        except asyncio.CancelledError:
+            # "client closed request", as nginx counts it; unless it had the whole answer.
+            measured = exchange.measured
+            exchange.status = measured.status if measured is not None and exchange.answered else 499
+            raise
+        except Exception:
+            exchange.status = 500
+            raise
+        finally:
+            self.recorder.record(exchange)
+
+    async def background(
+        self, surface: Surface, backend: Strategy, task: str, body: dict[str, Any]
+    ) -> Exchange:
+        """One request of the proxy's own (calibration) on `backend`, whole: admitted behind
+        users' requests, relayed with their timeouts and recorded as theirs are."""
+        exchange = Exchange(surface.endpoint, f"background-{uuid.uuid4().hex[:8]}", background=True)
+        exchange.body, exchange.model, exchange.pinned, exchange.task = (
+            body,
+            backend.name,
+            backend,
+            task,
+        )
+        shaped = _upstream_body(surface, body, surface.shape(body))
+        exchange.route = Route(backend, "calibration", load_level(1), Cached(0, None))
+        try:
+            sent = {**shaped, **backend.speculation}
+            await self._admit_and_relay(
+                None, surface, exchange, exchange.route, Fit([backend], 0), sent
+            )
+            measured = exchange.measured
+            exchange.status = measured.status if measured is not None else 200
+        except ApiError as exc:
+            exchange.status = exc.status
+        finally:
+            self.recorder.record(exchange)
+        return exchange
+
+    def _parse(self, surface: Surface, raw: bytes, exchange: Exchange) -> None:
+        """Parse: the checked body and the model it names, an alias resolved."""
+        exchange.body = surface.check(_parse_json(raw))
+        exchange.requested_model = exchange.body.get("model")
+        exchange.model = self.router.resolve_model(exchange.requested_model or AUTO_MODEL)
+        exchange.pinned = self.pool.get(exchange.model)
+
+    def _classify(
+        self,
+        surface: Surface,
+        headers: Mapping[str, str],
+        shaped: dict[str, Any],
+        exchange: Exchange,
+    ) -> None:
+        """Classify: the task class, and what the router may know of the prompt."""
+        if not surface.generates:
+            return  # a passthrough (tokenize, templates) has neither
+        view = surface.view(exchange.body)
+        try:
+            exchange.task = self.router.task_for(
+                view, exchange.model, headers.get("X-Specproxy-Task"), surface.fixed_task
+            )
+        except ValueError as exc:
+            raise ApiError(400, str(exc), code="invalid_task", param="X-Specproxy-Task") from None
+        exchange.prompt = Prompt(
+            PromptPrefix.of(shaped), session_key(exchange.body, headers), agent=_agent_intent(view)
+        )
+
+    def _client_speculation(self, exchange: Exchange) -> dict[str, Any]:
+        """A client's `speculative.*` fields, checked against the backend it pinned."""
+        fields = speculation.client_fields(exchange.body)
+        if not fields or not exchange.generates:
+            return {}
+        if exchange.model in ROUTING_MODEL_IDS:
+            speculation.refuse_on_auto(fields)
+        backend = exchange.pinned
+        if backend is None:
+            return {}  # an unknown model: choosing it answers the 404
+        checked = speculation.checked(fields, backend)
+        exchange.client_speculation = bool(checked)
+        return checked
+
+    def _choose(self, exchange: Exchange, fit: Fit, budget: int | None) -> Route:
+        """The router's choice (by the whole request's cost for a task, else any ready
+        backend), refusals as errors."""
+        try:
+            return self.router.route(
+                exchange, fit.backends, fit.prompt_tokens, budget, self.cpu.quiet_now()
+            )
+        except UnknownModelError:
+            ids = ", ".join([AUTO_MODEL, *AUTO_TASK_MODELS, *self.pool.names])
+            raise ApiError(
+                404,
+                f"model {exchange.model!r} does not exist; use one of: {ids} "
+                "(or map it to one with `model_aliases` in the config)",
+                code="model_not_found",
+                param="model",
+            ) from None
+        except NoBackendError as exc:
+            raise ApiError(
+                503,
+                f"{exc}; retry shortly (see GET /health)",
+                code="backend_unavailable",
+                headers={"Retry-After": "2"},
+            ) from None
+
+    async def _serve(
+        self, request: web.Request, surface: Surface, exchange: Exchange
+    ) -> web.StreamResponse:
+        """parse → classify → choose → admit → relay; the record step reads `exchange` after."""
+        reading = time.monotonic()
+        raw = await request.read()
+        exchange.body_wait_s = time.monotonic() - reading
+        self._parse(surface, raw, exchange)
+        # Refused before any wait for room: a bad setting is the client's to fix at once.
+        client_speculation = self._client_speculation(exchange)
+        # The body as llama-server takes it (a client's shape adjusted), made once.
+        shaped = surface.shape(exchange.body)
+        self._classify(surface, request.headers, shaped, exchange)
+        fit = await backends_that_fit(
+            self.pool, self.counting, surface, shaped, len(raw), exchange.pinned
+        )
+        exchange.fit_wait_s = fit.waited_s
+        body = _upstream_body(surface, exchange.body, shaped)
+        budget = answer_budget(exchange.body)
+        # An unreachable backend received nothing, so an unpinned request may try one other.
+        for attempt in (1, 2):
+            route = exchange.route = self._choose(exchange, fit, budget)
+            try:
+                # A backend sharing its process says how its requests decode there.
+                chosen = speculation.merged(route.backend.speculation, client_speculation)
+                sent = {**body, **chosen} if surface.generates else body
+                return await self._admit_and_relay(request, surface, exchange, route, fit, sent)
+            except ApiError as exc:
+                # A pinned request may try again only on another replica of its backend.
+                pinned_down = exchange.pinned is not None and not route.backend.engine.ready
+                if exc.code != "backend_unreachable" or pinned_down or attempt == 2:
+                    raise
+                # Never back to the server that failed, whatever its health check says by now.
+                failed = exchange.failed_server
+                fit = fit.without(failed) if failed is not None else fit
+                if not fit.backends:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _admit_and_relay(
+        self,
+        request: web.Request | None,
+        surface: Surface,
+        exchange: Exchange,
+        route: Route,
+        fit: Fit,
+        body: dict[str, Any],
+    ) -> web.StreamResponse:
+        """Admit: hold the backend's device and slot; relay: send the request, relay its answer."""
+        backend = route.backend
+        engine = backend.engine
+        headers = _headers(exchange, route)
+        if "model" in body or surface.generates:
+            body = {**body, "model": backend.name}
+        # The metrics hold it from the start: a request cancelled mid-stream still counts what
+        # it generated.
+        exchange.retry()
+        measured = exchange.measured = Measurement()
+        hold: AbstractAsyncContextManager[SlotUse]
+        if surface.uses_slot:
+            hold = backend.slot(
+                fit.tokens,
+                route.cached.worth_following,
+                lambda: measured.settled,
+                background=exchange.background,
+            )
+        else:
+            # A passthrough (tokenize, templates) decodes nothing: any server of the backend.
+            hold = nullcontext(SlotUse(base_url=engine.base_url, device=engine.device.name))
+        use: SlotUse | None = None
+        target = ""  # the server the request went to: a replica of an external backend
+        shares = surface.uses_slot and not exchange.background
+        computing = (
+            self.router.computing(exchange, fit.prompt_tokens) if shares else nullcontext(0.0)
+        )
+        try:
+            async with computing as prefix_wait_s:
+                exchange.prefix_wait_s += prefix_wait_s
+                asked = time.monotonic()
+                async with hold as use:
+                    admit_wait_s = time.monotonic() - asked
+                    exchange.admit_wait_s += admit_wait_s
+                    # A seat (a free slot, room in a shared KV cache) and the device: the wait
+                    # for both, where Device-Wait is the device's alone.
+                    headers["X-Specproxy-Admit-Wait"] = f"{admit_wait_s:.3f}"
+                    admission = exchange.admission = Admitted.of(use, engine.limit)
+                    target = admission.placement.url
+                    headers["X-Specproxy-Device"] = admission.device
+                    headers["X-Specproxy-Device-Wait"] = f"{admission.device_wait_s:.3f}"
+                    call = UpstreamCall(
                         target + surface.path,
+                        backend.name,
                         body,
                         headers,
-                        timeouts,
-                        upstream,
+                        self.timeouts,
                         surface.wire,
                         reuse=backend.spec.our_build,
                     )
-                finally:
-                    exchange.contended = meter.contended(started, meter.snapshot())
-    except BackendSaturatedError as exc:
-        raise ApiError(
-            429,
-            f"{exc}; retry after a moment, or raise max_concurrency / max_queue in the config",
-            code="backend_saturated",
-            headers={"Retry-After": "1"},
-        ) from None
-    finally:
-        if use is not None:
-            exchange.mean_load = use.mean_load
-        # Only a lost connection says the server may be gone, and only until its health check
-        # says otherwise; a bad answer or a slow connect is this request's failure alone.
-        if upstream.connection_lost:
-            backend.engine.mark_down(target)
-    return response
+                    started = self.cpu.snapshot()
+                    try:
+                        return await relay(request, self.sessions, call, measured)
+                    finally:
+                        exchange.contended = self.cpu.contended(started, self.cpu.snapshot())
+        except BackendSaturatedError as exc:
+            raise ApiError(
+                429,
+                f"{exc}; retry after a moment, or raise max_concurrency / max_queue in the config",
+                code="backend_saturated",
+                headers={"Retry-After": "1"},
+            ) from None
+        finally:
+            if use is not None:
+                exchange.mean_load = use.mean_load
+            # Only a lost connection says the server may be gone, and only until its health
+            # check says otherwise; a bad answer is this request's failure alone.
+            if measured.connection_lost:
+                exchange.failed_server = target
+                engine.mark_down(target)
+
+
+PIPELINE = web.AppKey("pipeline", Pipeline)

@@ -42,7 +42,7 @@ class RecentRequests:
 
     def add(self, exchange: Exchange, now: float) -> None:
         """Keep what the page shows of a finished request (its body is never kept)."""
-        route, upstream = exchange.route, exchange.upstream
+        route, upstream = exchange.route, exchange.measured
         timings = Timings.parse(upstream.timings if upstream is not None else None)
         self.total += 1
         self._ring.appendleft(

@@ -62,7 +62,7 @@ class BoundedConnector(aiohttp.TCPConnector):
 
 
 @dataclass(frozen=True)
-class Upstream:
+class UpstreamSessions:
     """The sessions requests leave on: `pooled` keeps connections where the server does;
     `fresh` opens one per request (servers that close after a stream, and the retry)."""
 
@@ -138,25 +138,38 @@ class Wire:
 OPENAI_WIRE = Wire()
 
 
+@dataclass(frozen=True)
+class UpstreamCall:
+    """One request to one llama-server, as the relay sends it."""
+
+    url: str
+    backend: str  # by name, for the errors it answers
+    body: dict[str, Any]
+    headers: Mapping[str, str]  # the answer's, towards the client
+    timeouts: RelayTimeouts
+    wire: Wire = OPENAI_WIRE
+    # The server keeps connections after its answers (specproxy's build).
+    reuse: bool = False
+
+
 async def relay(
-    request: web.Request,
-    sessions: Upstream,
-    backend: str,
-    url: str,
-    body: dict[str, Any],
-    headers: Mapping[str, str],
-    timeouts: RelayTimeouts,
+    request: web.Request | None,
+    sessions: UpstreamSessions,
+    call: UpstreamCall,
     measured: Measurement,
-    wire: Wire = OPENAI_WIRE,
-    reuse: bool = False,
 ) -> web.StreamResponse:
-    """POST body to url and return the answer (SSE relayed chunk by chunk), filling `measured`.
+    """Send the call and return its answer (SSE relayed chunk by chunk), filling `measured`.
 
     `measured` is the caller's, so what a stream measured survives its cancellation; only the
-    relay writes it. `reuse`: the server keeps connections after its answers (specproxy's build).
+    relay writes it. Without a client `request` (the proxy's own requests), the answer is read
+    whole.
     """
     start = time.monotonic()
+    backend, timeouts, wire = call.backend, call.timeouts, call.wire
+    body = call.body
     stream = bool(body.get("stream"))
+    if stream and request is None:
+        raise ValueError("a streamed answer needs the client's request to stream to")
     assemble = None if stream else wire.assemble
     if assemble is not None:
         body = {
@@ -168,9 +181,11 @@ async def relay(
     wait = timeouts.first_token_s if stream else timeouts.whole_answer_s
     try:
         async with asyncio.timeout(wait):
-            upstream = await measured.waiting(sessions.post(url, body, reuse))
+            upstream = await measured.waiting(sessions.post(call.url, body, call.reuse))
     except aiohttp.ConnectionTimeoutError as exc:
-        # Before TimeoutError, which it is too: nothing was sent, so another backend may serve.
+        # Before TimeoutError, which it is too: nothing was sent, so another backend may serve;
+        # a server that accepts no connection in time is as down as one that refuses them.
+        measured.connection_lost = True
         raise ApiError(
             502,
             f"backend {backend!r} did not accept a connection in time ({exc}); it may be "
@@ -190,20 +205,13 @@ async def relay(
     response: web.StreamResponse
     try:
         measured.status = upstream.status
+        remaining = timeouts.whole_answer_s - (time.monotonic() - start)
         if assemble is not None and upstream.status == 200:
-            remaining = timeouts.whole_answer_s - (time.monotonic() - start)
-            response = await _relay_assembled(
-                upstream, headers, measured, backend, remaining, timeouts.whole_answer_s, assemble
-            )
-        elif not stream or upstream.status != 200:
-            remaining = timeouts.whole_answer_s - (time.monotonic() - start)
-            response = await _relay_whole(
-                upstream, headers, measured, backend, remaining, timeouts.whole_answer_s, wire
-            )
+            response = await _relay_assembled(call, upstream, measured, remaining, assemble)
+        elif request is None or not stream or upstream.status != 200:
+            response = await _relay_whole(call, upstream, measured, remaining)
         else:
-            response = await _relay_stream(
-                request, body, upstream, headers, measured, start, backend, timeouts, wire
-            )
+            response = await _relay_stream(request, call, upstream, measured, start)
     except asyncio.CancelledError:
         if not measured.answered:
             measured.error = measured.error or CLIENT_GONE
@@ -233,14 +241,12 @@ def _drain(upstream: aiohttp.ClientResponse, tally: StreamTally) -> None:
 
 
 async def _relay_whole(
+    call: UpstreamCall,
     upstream: aiohttp.ClientResponse,
-    headers: Mapping[str, str],
     measured: Measurement,
-    backend: str,
     remaining_s: float,
-    limit_s: float,
-    wire: Wire,
 ) -> web.Response:
+    backend, wire, limit_s = call.backend, call.wire, call.timeouts.whole_answer_s
     try:
         async with asyncio.timeout(remaining_s):
             raw = await measured.waiting(upstream.read())
@@ -267,20 +273,19 @@ async def _relay_whole(
         status=status,
         body=raw,
         content_type=upstream.content_type or "application/json",
-        headers=headers,
+        headers=call.headers,
     )
 
 
 async def _relay_assembled(
+    call: UpstreamCall,
     upstream: aiohttp.ClientResponse,
-    headers: Mapping[str, str],
     measured: Measurement,
-    backend: str,
     remaining_s: float,
-    limit_s: float,
     kind: AnswerKind,
 ) -> web.Response:
     """Read a stream to its end and answer it whole, as llama-server would have."""
+    backend, headers, limit_s = call.backend, call.headers, call.timeouts.whole_answer_s
     assembler = AnswerAssembler(kind)
     tally = measured.tally = StreamTally()
     lines = SseSplitter()
@@ -315,19 +320,15 @@ async def _relay_assembled(
 
 async def _relay_stream(
     request: web.Request,
-    body: Mapping[str, Any],
+    call: UpstreamCall,
     upstream: aiohttp.ClientResponse,
-    headers: Mapping[str, str],
     measured: Measurement,
     start: float,
-    backend: str,
-    timeouts: RelayTimeouts,
-    wire: Wire,
 ) -> web.StreamResponse:
     response = web.StreamResponse(
         status=200,
         headers={
-            **headers,
+            **call.headers,
             "Content-Type": "text/event-stream",
             "Cache-Control": "no-cache",
             # Tells nginx and similar not to buffer the stream.
@@ -336,26 +337,23 @@ async def _relay_stream(
     )
     await measured.waiting(response.prepare(request))
     measured.tally = StreamTally()
-    rewriter = wire.rewriter(body)
+    rewriter = call.wire.rewriter(call.body)
     try:
-        return await _pump(
-            request, upstream, response, measured, start, backend, timeouts, rewriter
-        )
+        return await _pump(call, upstream, response, measured, start, rewriter)
     finally:
         measured.answered = rewriter.ended
 
 
 async def _pump(
-    request: web.Request,
+    call: UpstreamCall,
     upstream: aiohttp.ClientResponse,
     response: web.StreamResponse,
     measured: Measurement,
     start: float,
-    backend: str,
-    timeouts: RelayTimeouts,
     rewriter: StreamRewriter,
 ) -> web.StreamResponse:
     """Relay the stream's chunks until it ends, fails, stalls or its client leaves."""
+    backend, timeouts = call.backend, call.timeouts
     tally = measured.tally
     assert tally is not None
     started = False  # whether anything (a keep-alive included) came yet

@@ -61,7 +61,7 @@ def responses_view(body: Mapping[str, Any]) -> Mapping[str, Any]:
     return {"messages": messages, "tools": body.get("tools")}
 
 
-def responses_upstream(body: dict[str, Any]) -> dict[str, Any]:
+def shape_responses(body: dict[str, Any]) -> dict[str, Any]:
     """A Responses body as llama-server b11434 takes it: without `additional_tools` items
     (nor Claude Code's billing line, proxy/api/billing_header.py).
 
@@ -106,7 +106,7 @@ class Surface:
     # is none), and a 20 k-token prompt takes longer than that on a CPU.
     stream_progress: bool = False
     # What the body becomes on its way to llama-server, where a client's shape needs it.
-    upstream: Callable[[dict[str, Any]], dict[str, Any]] = _same
+    shape: Callable[[dict[str, Any]], dict[str, Any]] = _same
 
     @property
     def generates(self) -> bool:
@@ -138,7 +138,7 @@ SURFACES: tuple[Surface, ...] = (
         v.check_chat,
         "classifier",
         wire=_WHOLE_CHAT,
-        upstream=chat_without_billing,
+        shape=chat_without_billing,
     ),
     Surface("/v1/completions", "completions", v.check_completions, "classifier", wire=_WHOLE_TEXT),
     Surface(
@@ -149,7 +149,7 @@ SURFACES: tuple[Surface, ...] = (
         view=responses_view,
         wire=Wire(rewriter=lambda body: ResponsesStreamFix()),
         stream_progress=True,
-        upstream=responses_upstream,
+        shape=shape_responses,
     ),
     Surface(
         "/v1/messages",
@@ -158,7 +158,7 @@ SURFACES: tuple[Surface, ...] = (
         "classifier",
         messages_view,
         _ANTHROPIC,
-        upstream=messages_without_billing,
+        shape=messages_without_billing,
     ),
     Surface("/infill", "infill", v.check_infill, "fim"),
     Surface("/completion", "completion", v.check_completions, "classifier"),
@@ -185,7 +185,7 @@ SURFACES: tuple[Surface, ...] = (
         v.check_responses_input,
         wire=_INPUT_ONLY,
         uses_slot=False,
-        upstream=responses_upstream,
+        shape=shape_responses,
     ),
     Surface(
         "/v1/messages/count_tokens",
@@ -193,6 +193,6 @@ SURFACES: tuple[Surface, ...] = (
         v.check_anthropic_messages,
         wire=Wire(anthropic_errors=True, input_faults_are_400=True),
         uses_slot=False,
-        upstream=messages_without_billing,
+        shape=messages_without_billing,
     ),
 )

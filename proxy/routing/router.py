@@ -195,7 +195,7 @@ class Router:
     def record(self, exchange: Exchange) -> Outcome | None:
         """Learn from a finished request: its speed, filed under the load it ran at, and where
         its prompt is cached now. The outcome it measured; None for a request never sent."""
-        route, upstream = exchange.route, exchange.upstream
+        route, upstream = exchange.route, exchange.measured
         if route is None or upstream is None:
             return None
         timings = Timings.parse(upstream.timings)

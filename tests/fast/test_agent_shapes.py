@@ -289,7 +289,7 @@ def test_a_long_prompt_keeps_a_messages_stream_alive_with_real_events() -> None:
 
 
 def test_codexs_own_models_tool_items_are_left_out_for_llama_server() -> None:
-    from proxy.api.surfaces import responses_upstream
+    from proxy.api.surfaces import shape_responses
 
     body = {
         "model": "gpt-6.2-sol",
@@ -298,11 +298,11 @@ def test_codexs_own_models_tool_items_are_left_out_for_llama_server() -> None:
             {"type": "message", "role": "user", "content": "hi"},
         ],
     }
-    sent = responses_upstream(body)
+    sent = shape_responses(body)
     assert sent["input"] == [{"type": "message", "role": "user", "content": "hi"}]
     assert body["input"][0]["type"] == "additional_tools", "the client's body is not changed"
     plain = {"input": "hi"}
-    assert responses_upstream(plain) is plain
+    assert shape_responses(plain) is plain
 
 
 async def test_long_prompts_on_a_shared_kv_cache_are_counted_against_it() -> None:

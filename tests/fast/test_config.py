@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from proxy.api.background import calibration_requests
 from proxy.backend_config import BackendConfig
 from proxy.config import ConfigError, load_settings
 from proxy.routing.aliases import ModelAliases
-from proxy.routing.calibration import calibration_requests
 from tests.helpers import ROOT
 
 
@@ -199,7 +199,7 @@ def test_a_config_without_aliases_still_serves_the_agents_names(tmp_path: Path) 
 
 
 def test_one_requests_context_is_the_whole_cache_when_slots_share_it() -> None:
-    # Calibration sizes its prompts by this (proxy/routing/calibration.py): a test model's 4 k
+    # Calibration sizes its prompts by this (proxy/api/background.py): a test model's 4 k
     # cache shared by 4 slots holds the workload's whole-file edits, where a quarter of it
     # would have left calibration one search/replace edit for the class.
     unified = BackendConfig(name="a", model="m.gguf", ctx_size=4096, parallel=4, kv_unified=True)

@@ -12,7 +12,8 @@ import aiohttp
 import openai
 import pytest
 
-from proxy.api.relay import Upstream, connection_reuse_trace
+from proxy.api.relay import UpstreamSessions, connection_reuse_trace
+from tests.helpers import accepting_nothing
 from tests.inprocess import fast_proxy
 
 HELLO = [{"role": "user", "content": "Say hello."}]
@@ -169,48 +170,27 @@ async def test_a_whole_answer_is_assembled_from_a_stream_and_a_leaving_client_st
 
 
 async def test_a_backend_that_does_not_accept_in_time_is_unreachable_not_a_token_timeout() -> None:
-    import socket
-
     import aiohttp
 
     from proxy.api.errors import ApiError
-    from proxy.api.relay import RelayTimeouts, Upstream, relay
+    from proxy.api.relay import RelayTimeouts, UpstreamCall, UpstreamSessions, relay
     from proxy.measurement import Measurement
 
-    # A listener whose accept queue is full: the kernel drops further SYNs, so a connect hangs,
-    # as it does against a server too busy to accept.
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(0)
-    port = listener.getsockname()[1]
-    fillers = []
-    for _ in range(4):
-        filler = socket.socket()
-        filler.setblocking(False)
-        filler.connect_ex(("127.0.0.1", port))
-        fillers.append(filler)
-    await asyncio.sleep(0.1)
     timeout = aiohttp.ClientTimeout(total=None, connect=0.3)
     timeouts = RelayTimeouts(first_token_s=60, idle_s=60, whole_answer_s=60)
-    try:
+    measured = Measurement()
+    with accepting_nothing() as port:
+        call = UpstreamCall(
+            f"http://127.0.0.1:{port}/completion", "busy", {"prompt": "hi"}, {}, timeouts
+        )
         async with aiohttp.ClientSession(timeout=timeout) as session:
             with pytest.raises(ApiError) as caught:
-                await relay(
-                    None,  # type: ignore[arg-type]  # a whole answer reads no client request
-                    Upstream(pooled=session, fresh=session),
-                    "busy",
-                    f"http://127.0.0.1:{port}/completion",
-                    {"prompt": "hi"},
-                    {},
-                    timeouts,
-                    Measurement(),
-                )
-    finally:
-        for s in (*fillers, listener):
-            s.close()
+                await relay(None, UpstreamSessions(pooled=session, fresh=session), call, measured)
     # Not "sent nothing within 60 s": nothing was sent, so another backend may take it.
     assert caught.value.status == 502 and caught.value.code == "backend_unreachable"
     assert "did not accept a connection in time" in caught.value.message
+    # And it counts against the server as a refused connection does.
+    assert measured.connection_lost
 
 
 class ClosingServer:
@@ -262,7 +242,7 @@ class ClosingServer:
 
 
 @contextlib.asynccontextmanager
-async def _upstream() -> AsyncIterator[Upstream]:
+async def _upstream() -> AsyncIterator[UpstreamSessions]:
     """The relay's two sessions as the app makes them: pooled (with the reuse trace), fresh."""
     async with (
         aiohttp.ClientSession(
@@ -270,7 +250,7 @@ async def _upstream() -> AsyncIterator[Upstream]:
         ) as pooled,
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True)) as fresh,
     ):
-        yield Upstream(pooled=pooled, fresh=fresh)
+        yield UpstreamSessions(pooled=pooled, fresh=fresh)
 
 
 async def test_a_pooled_connection_the_server_closed_is_retried_once_on_a_new_one() -> None:

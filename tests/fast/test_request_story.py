@@ -168,11 +168,11 @@ def test_a_failed_attempts_wait_is_not_the_proxys_own_time() -> None:
     exchange = Exchange("/v1/chat/completions", "retried")
     start = exchange.started
     # The first attempt waited 2 s on a connect that then failed; the second 0.5 s on its answer.
-    exchange.upstream = Measurement(waited_s=2.0)
+    exchange.measured = Measurement(waited_s=2.0)
     exchange.admit_wait_s = 0.25
     exchange.retry()
-    assert exchange.upstream is None and exchange.admission is None
-    exchange.upstream = Measurement(waited_s=0.5)
+    assert exchange.measured is None and exchange.admission is None
+    exchange.measured = Measurement(waited_s=0.5)
     exchange.admit_wait_s += 0.25
     own = exchange.own_s(start + 3.01)
     assert own == pytest.approx(0.01, abs=1e-6)

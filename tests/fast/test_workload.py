@@ -8,7 +8,7 @@ from loadtests.measure import RunSummary
 from loadtests.prompts import PROMPTS, prompt_sequence
 from loadtests.report import Cell, auto_lines
 from loadtests.sweep import prompt_slices, restart_before, warm_up_prompts
-from proxy.routing.calibration import calibration_requests
+from proxy.api.background import calibration_requests
 from proxy.tasks import TASK_CLASSES
 from proxy.workload import measurement_pool, of_task, workload
 

@@ -1,25 +1,24 @@
-"""Calibration: seed the scoreboard at start-up with workload requests on every backend."""
+"""The proxy's own requests: calibration seeds the scoreboard at start-up, through the pipeline."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
 from itertools import zip_longest
+from pathlib import Path
 
-import aiohttp
-
-from proxy.backends.contention import CpuMeter
-from proxy.backends.engine import BackendSaturatedError
-from proxy.backends.strategy import Strategy
+from proxy.api.pipeline import Pipeline
+from proxy.api.surfaces import SURFACES
+from proxy.config import Settings
 from proxy.llamacpp import Timings
 from proxy.log import get_logger
 from proxy.prompts import REFERENCE_PROMPTS, infill_body
-from proxy.routing.router import fim_outcome
-from proxy.routing.scoreboard import Outcome, Scoreboard, load_level
+from proxy.routing.scoreboard import Scoreboard
 from proxy.tasks import FIM_TASK, ROUTED_TASKS
 from proxy.tokens import FEW_CHARS_PER_TOKEN
-from proxy.traffic import UserTraffic
+from proxy.traffic import CalibrationProgress
 from proxy.workload import WorkloadRequest, of_task
 
+_SAVE_EVERY_S = 30.0
 log = get_logger("calibration")
 
 
@@ -44,11 +43,8 @@ def calibration_requests(task: str, count: int, max_prompt_tokens: int) -> list[
 
 
 async def calibrate(
-    backends: Sequence[Strategy],
+    pipeline: Pipeline,
     scoreboard: Scoreboard,
-    session: aiohttp.ClientSession,
-    meter: CpuMeter,
-    traffic: UserTraffic,
     rounds: int,
     max_tokens: int,
     prompts: int = 3,
@@ -61,19 +57,21 @@ async def calibrate(
     edit's answer is a whole file. Cells already holding that many samples (a saved
     scoreboard) are skipped. Returns the number of measurements recorded.
 
-    Users come first: each request waits until no user's request is waiting or running, and a
-    user's request arriving meanwhile waits at most for the one decoding. Routing looks past a
-    calibration request (`background`), so no user's request goes where it is only because
-    calibration holds the device there. A sample that shared its device anyway (a user's
-    request joining its engine's batch) is filed at the load it ran at.
+    Each request is a background exchange of the pipeline: the same admission, relay,
+    timeouts and record step as a user's request (the router files what it measured, at the
+    load it ran at). Users come first: each request waits until no user's request is waiting
+    or running, and a user's request arriving meanwhile waits at most for the one decoding.
+    Routing looks past a calibration request (`background`), so no user's request goes where
+    it is only because calibration holds the device there.
     """
     budget = {"echo": echo_tokens or max_tokens}
+    surfaces = {s.path: s for s in SURFACES}
     # Prompt by prompt, every backend in turn: a machine whose speed drifts over minutes (a
     # shared host) then shifts every backend alike instead of favouring the one measured first.
     todo = []
     for task in ROUTED_TASKS:
         per_backend = []
-        for backend in backends:
+        for backend in pipeline.pool:
             config = backend.spec.config
             room = config.request_context - budget.get(task, max_tokens)
             requests = calibration_requests(task, prompts, room) * rounds
@@ -83,6 +81,7 @@ async def calibrate(
         todo += [step for turn in zip_longest(*per_backend) for step in turn if step]
     sent = 0
     refused: set[tuple[str, str]] = set()
+    traffic = pipeline.traffic
     for i, (backend, task, request) in enumerate(todo, 1):
         if not backend.engine.ready or (backend.name, task) in refused:
             continue
@@ -91,40 +90,26 @@ async def calibrate(
         if traffic.active:
             log.info("calibration waits for users' requests", waiting_for=traffic.active)
             await traffic.quiet()
-        try:
-            async with backend.slot(background=True) as use:
-                # A backend sharing an engine's process decodes as its own fields say.
-                payload = {
-                    **request.with_sampling(budget.get(task, max_tokens)),
-                    **backend.speculation,
-                }
-                start = meter.snapshot()
-                async with session.post(f"{use.base_url}{request.path}", json=payload) as resp:
-                    body = await resp.json() if resp.status == 200 else {}
-                contended = meter.contended(start, meter.snapshot())
-        except (aiohttp.ClientError, TimeoutError, ValueError, BackendSaturatedError) as exc:
-            log.warning("calibration request failed", backend=backend.name, error=str(exc))
-            continue
-        if resp.status != 200:
-            # A model without FIM tokens answers /infill with 501: fim stays unmeasured.
+        body = request.with_sampling(budget.get(task, max_tokens))
+        exchange = await pipeline.background(surfaces[request.path], backend, task, body)
+        measured = exchange.measured
+        if exchange.status != 200 or measured is None:
+            error = measured.error if measured is not None else None
             log.warning(
-                "calibration request refused",
+                "calibration request failed",
                 backend=backend.name,
                 task=task,
-                status=resp.status,
+                status=exchange.status,
+                error=error,
             )
+            # A model without FIM tokens answers /infill with 501: fim stays unmeasured. A
+            # backend that timed out is not asked that class again: calibration goes on.
             refused.add((backend.name, task))
             continue
-        timings = Timings.parse(body.get("timings") if isinstance(body, dict) else None)
+        timings = Timings.parse(measured.timings)
         if not timings.measured:
             log.warning("calibration request gave no timings", backend=backend.name, task=task)
             continue
-        # Filed at the load it ran at: a user's request may have joined its engine's batch.
-        ran_at = load_level(int((use.mean_load or 1.0) + 0.5))
-        outcome = Outcome.from_timings(backend.name, task, ran_at, timings, contended=contended)
-        if task == FIM_TASK:
-            outcome = fim_outcome(outcome, timings)
-        scoreboard.record(outcome)
         sent += 1
         log.info(
             "calibrating",
@@ -132,10 +117,38 @@ async def calibrate(
             backend=backend.name,
             task=task,
             kind=request.kind,
-            tokens_per_s=round(outcome.tokens_per_s or 0.0, 1),
-            load_level=ran_at,
-            contended=contended,
+            tokens_per_s=round(timings.tokens_per_s, 1),
+            mean_load=round(exchange.mean_load, 2) if exchange.mean_load is not None else None,
+            contended=exchange.contended,
             draft_n=timings.draft_n,
             draft_n_accepted=timings.draft_n_accepted,
         )
     return sent
+
+
+async def keep_measured(
+    pipeline: Pipeline,
+    settings: Settings,
+    scoreboard: Scoreboard,
+    progress: CalibrationProgress,
+    path: Path,
+) -> None:
+    """Calibrate once backends are ready, then persist the scoreboard every half minute."""
+    if not settings.calibration_requests:
+        progress.state = "off"
+    await pipeline.pool.wait_ready()
+    if settings.calibration_requests:
+        progress.state = "running"
+        made = await calibrate(
+            pipeline,
+            scoreboard,
+            settings.calibration_requests,
+            settings.calibration_max_tokens,
+            settings.calibration_prompts,
+            settings.calibration_echo_tokens,
+        )
+        log.info("calibration done", requests=made)
+        progress.state, progress.requests = "done", made
+    while True:
+        scoreboard.save(path)
+        await asyncio.sleep(_SAVE_EVERY_S)
