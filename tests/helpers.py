@@ -64,12 +64,13 @@ def taken_port(host: str = "127.0.0.1") -> Iterator[int]:
 
 
 @contextmanager
-def accepting_nothing(host: str = "127.0.0.1") -> Iterator[int]:
-    """A port whose listener accepts no connection: its accept queue is full, so the kernel
-    drops further SYNs and a connect hangs until its timeout, as against a server too busy to
-    accept (fault injection: a real llama-server cannot be made to do it on cue)."""
+def accepting_nothing(host: str = "127.0.0.1", port: int = 0) -> Iterator[int]:
+    """A port (any free one by default) whose listener accepts no connection: its accept queue
+    is full, so the kernel drops further SYNs and a connect hangs until its timeout, as against
+    a server too busy to accept (fault injection: a real llama-server cannot do it on cue)."""
     listener = socket.socket()
-    listener.bind((host, 0))
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((host, port))
     listener.listen(0)
     port = listener.getsockname()[1]
     fillers = []

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from structlog.testing import capture_logs
 
-from tests.inprocess import fast_proxy
+from proxy.testing.llama_double import Behaviour, start_double
+from tests.inprocess import fast_proxy, proxy_in_front
 
 HELLO = [{"role": "user", "content": "Say hello."}]
 # Each stub answer takes 10 x 0.3 s: a calibration request holds the device for 3 s.
@@ -60,3 +61,34 @@ async def test_a_users_request_waits_at_most_for_the_calibration_request_decodin
             # /health says when calibration is over.
             await proxy.wait_calibrated(60)
     assert any(e["event"] == "calibration waits for users' requests" for e in logs)
+
+
+async def test_a_frozen_backend_times_out_and_calibration_goes_on(tmp_path: Path) -> None:
+    # Calibration's requests take the users' path: the same timeouts end a request to a backend
+    # that accepted it and never answers, and the other backend is still measured.
+    frozen = await start_double(Behaviour(tokens=16, first_token_delay_s=3600.0))
+    alive = await start_double(Behaviour(tokens=16))
+    doubles = {"frozen": frozen, "alive": alive}
+    backends = [{"name": n, "url": d.url} for n, d in doubles.items()]
+    try:
+        with capture_logs() as logs:
+            async with proxy_in_front(
+                tmp_path,
+                backends,
+                doubles,
+                calibration_requests=1,
+                calibration_prompts=1,
+                calibration_max_tokens=8,
+                calibration_echo_tokens=8,
+                request_timeout_s=0.5,
+            ) as proxy:
+                await proxy.wait_calibrated(60)
+                board = await (await proxy.http.get("/scoreboard")).json()
+    finally:
+        for double in doubles.values():
+            await double.stop()
+    measured = {row["backend"] for row in board["estimates"]}
+    assert "alive" in measured and "frozen" not in measured, measured
+    failed = [e for e in logs if e["event"] == "calibration request failed"]
+    assert failed and {e["backend"] for e in failed} == {"frozen"}
+    assert {e["status"] for e in failed} == {504}

@@ -14,7 +14,7 @@ from proxy.backend_config import BackendConfig
 from proxy.backends.discovery import SystemResolver, discover, names_a_host, with_address
 from proxy.routing.scoreboard import Outcome
 from proxy.testing.llama_double import Behaviour, start_double
-from tests.helpers import eventually, free_port
+from tests.helpers import accepting_nothing, eventually, free_port
 from tests.inprocess import FastProxy, proxy_in_front
 
 HELLO = [{"role": "user", "content": "Say hello."}]
@@ -374,3 +374,36 @@ async def test_a_backend_whose_name_never_resolves_says_why(tmp_path: Path) -> N
             "/v1/chat/completions", json={"model": "plain", "messages": HELLO}
         )
         assert resp.status == 503
+
+
+@pytest.mark.parametrize("model", ["plain", "auto"])
+async def test_a_retry_never_returns_to_a_replica_that_accepted_no_connection(
+    tmp_path: Path, model: str
+) -> None:
+    # Replica `a` is the emptier one, so it is chosen first; then it stops accepting
+    # connections (a server too busy to accept). The request must be retried on `b`, never on
+    # `a` again, and `a` must be out of routing until its health check says otherwise.
+    a = await start_double()
+    b = await start_double(Behaviour(others=1))
+    backend = {"name": "plain", "urls": [a.url, b.url]}
+    slow_health = {"health_interval_s": 60.0, "load_interval_s": 0.05, "connect_timeout_s": 0.3}
+    try:
+        async with proxy_in_front(tmp_path, [backend], {"a": a, "b": b}, **slow_health) as proxy:
+
+            async def b_reported() -> bool | None:
+                replicas = (await health(proxy))["backends"]["plain"]["replicas"]
+                return any(r["url"] == b.url and r["reported"] == 1 for r in replicas) or None
+
+            await eventually(b_reported, 10, "b's report of another proxy's request")
+            a_url = a.url
+            await a.stop()
+            with accepting_nothing(port=int(a_url.rsplit(":", 1)[1])):
+                for _ in range(3):
+                    headers = await ask(proxy, model)
+                    assert headers["X-Specproxy-Backend"] == "plain"
+                replicas = (await health(proxy))["backends"]["plain"]["replicas"]
+            states = {r["url"]: r["state"] for r in replicas}
+            assert states == {a_url: "unhealthy", b.url: "ready"}, states
+            assert len(b.received) == 3
+    finally:
+        await b.stop()
