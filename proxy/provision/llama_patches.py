@@ -1,4 +1,4 @@
-"""specproxy's changes to the pinned llama.cpp: the patch series, applied and verified with GNU patch.
+"""specproxy's changes to the pinned llama.cpp: a patch series, applied and checked with GNU patch.
 
 Each patch in patches/ is one concern (why it exists is its header) and applies to the pristine
 tree on its own. A patch is either applied in a tree (it reverses cleanly), applies to it (it
@@ -65,7 +65,7 @@ class PatchFile:
         """Parse a unified diff's file names (a/ b/ prefixes) and its "@@" lines, in order."""
         hunks: dict[str, list[str]] = {}
         old = current = None
-        for line in path.read_text().splitlines():
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
             if line.startswith("--- "):
                 old = _strip_prefix(line[4:])
             elif line.startswith("+++ ") and old is not None:

@@ -98,8 +98,8 @@ def _require_tools() -> tuple[str, str]:
     if cmake is None or compiler is None:
         raise ProvisionError(
             "building llama-server needs cmake and a C++ compiler (Debian: apt-get install "
-            "cmake g++ ninja-build ccache patch); or point SPECPROXY_LLAMA_SERVER at a llama-server "
-            "you already have"
+            "cmake g++ ninja-build ccache patch); or point SPECPROXY_LLAMA_SERVER at a "
+            "llama-server you already have"
         )
     generator = "Ninja" if shutil.which("ninja") else "Unix Makefiles"
     return cmake, generator
