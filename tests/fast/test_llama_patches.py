@@ -275,3 +275,24 @@ def _commit(tree: Path, message: str) -> None:
     git = ["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run([*git, "add", "--all"], check=True)
     subprocess.run([*git, "commit", "-qm", message], check=True)
+
+
+def test_regen_patches_init_stops_at_a_patch_that_moved_and_goes_on_once_resolved(
+    cache: Path, tmp_path: Path
+) -> None:
+    from scripts import regen_patches
+
+    first, _ = _series(tmp_path / "patches")
+    # 0001 as written for another upstream, where line 15 read otherwise.
+    first.write_text(
+        _diff("server/queue.cpp", QUEUE.replace("line 15\n", "line 15 old\n"), QUEUE_1)
+    )
+    tree = tmp_path / "llama"
+    with pytest.raises(SystemExit, match=r"0001-deadline\.patch does not apply"):
+        regen_patches.init(tree, cache, NO_INDEX, tmp_path / "patches")
+    assert "<<<<<<<" in (tree / "server/queue.cpp").read_text()
+    (tree / "server/queue.cpp").write_text(QUEUE_1)
+    _commit(tree, "deadline")
+    regen_patches.init(tree, cache, NO_INDEX, tmp_path / "patches")
+    assert (tree / "server/queue.cpp").read_text() == QUEUE_BOTH
+    assert (tree / "server/http.cpp").read_text() == HTTP_2
