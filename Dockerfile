@@ -18,13 +18,14 @@ ARG PYPI_INDEX=https://pypi.org/simple
 ARG LLAMA_SERVER_CACHE=""
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-       python3 ca-certificates cmake g++ ninja-build ccache \
+       python3 ca-certificates cmake g++ ninja-build ccache patch \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # Only the provisioning modules, so that editing the proxy does not rebuild llama-server.
 COPY proxy/__init__.py proxy/
 COPY proxy/provision/__init__.py proxy/provision/llama_server.py proxy/provision/pypi.py \
-     proxy/provision/progress.py proxy/provision/source_fixes.py proxy/provision/
+     proxy/provision/progress.py proxy/provision/llama_patches.py proxy/provision/
+COPY proxy/provision/patches/ proxy/provision/patches/
 # The source, the build tree and ccache live in a cache mount that outlives the image: a rebuild with
 # the same flags reuses the finished build, changed flags get their own tree but share ccache.
 RUN --mount=type=cache,target=/var/cache/specproxy-build,sharing=locked \

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Installs, once, the Debian packages a purpose needs, only those missing:
-#   serve  what building and running llama-server needs (cmake, g++, ninja, ccache)
+#   serve  what building and running llama-server needs (cmake, g++, ninja, ccache, patch)
 #   test   that, and what the tests drive: Prometheus, podman, runc, debootstrap and buildah for
 #          the container image tests, chromium for the status page, Node.js and npm for the agents
 set -euo pipefail
 purpose="${1:-serve}"
-pairs=(cmake:cmake g++:g++ ninja:ninja-build ccache:ccache)
+pairs=(cmake:cmake g++:g++ ninja:ninja-build ccache:ccache patch:patch)
 case "$purpose" in
   serve) ;;
   test) pairs+=(prometheus:prometheus podman:podman runc:runc debootstrap:debootstrap

@@ -9,10 +9,10 @@ from pathlib import Path
 from proxy.backend_config import DRAFT_MODEL_KINDS, BackendConfig
 from proxy.config import Settings
 from proxy.gguf import GgufError, read_gguf_info, vocab_mismatch
+from proxy.provision.llama_patches import is_specproxy_build
 from proxy.provision.llama_server import ensure_llama_server
 from proxy.provision.models import resolve_model
 from proxy.provision.pypi import ProvisionError
-from proxy.provision.source_fixes import is_specproxy_build
 
 
 class BackendConfigError(Exception):
@@ -30,7 +30,7 @@ class LaunchSpec:
     url: str | None = None
     architecture: str = "unknown"
     # specproxy's own llama-server build: it keeps connections after streamed answers and
-    # takes per-request speculation (proxy/provision/source_fixes.py).
+    # takes per-request speculation (proxy/provision/patches/).
     our_build: bool = False
 
     # An engine's speculators, every one its backends use (None: the config's own kind).

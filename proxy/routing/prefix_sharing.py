@@ -13,7 +13,7 @@ would only have shared the device with it; after that, it waits at most as long 
 the shared part again would take.
 
 What a server does with a cached prompt decides whom to wait for. specproxy's build keeps
-every turn's prompt in the RAM cache and loads copies (proxy/provision/source_fixes.py), so
+every turn's prompt in the RAM cache and loads copies (proxy/provision/patches/0003, 0004), so
 only a request computing the shared part itself is waited for, and requests released
 together go together. Upstream llama-server moves a cached prompt into the one slot that loads
 it and extends a session's slot in place, so there every request in flight sharing the start

@@ -1,4 +1,4 @@
-"""Provisioning without a model: clear errors, safe extraction, llama.cpp fixes applied once."""
+"""Provisioning without a model: clear errors, safe extraction (patches: test_llama_patches.py)."""
 
 from __future__ import annotations
 
@@ -59,59 +59,3 @@ def test_sdist_extraction_refuses_members_leaving_the_cache(
         with tarfile.open(_tar_with(tmp_path, member, link)) as tar, pytest.raises(refused):
             _extract(tar, dest)
     assert not (tmp_path / "evil.txt").exists()
-
-
-def _upstream_tree(root: Path) -> Path:
-    """A tree holding just the upstream text every fix edits."""
-    from proxy.provision.source_fixes import FIXES
-
-    for fix in FIXES:
-        path = root / fix.path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        text = path.read_text() if path.exists() else ""
-        path.write_text(text + "// upstream\n" + fix.old)
-    return root
-
-
-def test_fixes_apply_once_and_again_change_nothing(tmp_path: Path) -> None:
-    from proxy.provision.source_fixes import FIXES, apply_fixes
-
-    tree = _upstream_tree(tmp_path)
-    apply_fixes(tree)
-    patched = {f.path: (tree / f.path).read_text() for f in FIXES}
-    assert all(f.new in patched[f.path] for f in FIXES)
-    apply_fixes(tree)
-    assert {f.path: (tree / f.path).read_text() for f in FIXES} == patched
-
-
-def test_a_tree_patched_by_another_version_is_stale_and_moved_upstream_text_fails(
-    tmp_path: Path,
-) -> None:
-    from proxy.provision.pypi import ProvisionError
-    from proxy.provision.source_fixes import FIXES, StaleSourceError, apply_fixes
-
-    stale = _upstream_tree(tmp_path / "stale")
-    fix = FIXES[-1]
-    path = stale / fix.path
-    path.write_text(path.read_text().replace(fix.old, "// specproxy: an older fix\n"))
-    with pytest.raises(StaleSourceError):
-        apply_fixes(stale)
-    moved = _upstream_tree(tmp_path / "moved")
-    path = moved / fix.path
-    path.write_text(path.read_text().replace(fix.old, "// upstream moved this code\n"))
-    with pytest.raises(ProvisionError, match="upstream code changed"):
-        apply_fixes(moved)
-
-
-def test_a_binary_is_known_as_specproxys_build_by_the_marker_its_fixes_put_in(
-    tmp_path: Path,
-) -> None:
-    from proxy.provision.source_fixes import BUILD_MARKER, FIXES, is_specproxy_build
-
-    # The marker comes from a fix's text, so only a binary built with the fixes holds it.
-    assert any(BUILD_MARKER.decode() in f.new and BUILD_MARKER.decode() not in f.old for f in FIXES)
-    ours, stock = tmp_path / "ours", tmp_path / "stock"
-    ours.write_bytes(b"\x7fELF" + b"\0" * 4096 + BUILD_MARKER + b"\0" * 64)
-    stock.write_bytes(b"\x7fELF" + b"\0" * 4096)
-    assert is_specproxy_build(ours) and not is_specproxy_build(stock)
-    assert not is_specproxy_build(tmp_path / "missing")

@@ -14,7 +14,7 @@ from tests.helpers import ROOT
 
 SCRIPT = ROOT / "scripts" / "system-deps.sh"
 TEST_TOOLS = {"prometheus", "podman", "chromium", "nodejs", "npm", "debootstrap", "runc"}
-BUILD_TOOLS = {"cmake", "g++", "ninja-build", "ccache"}
+BUILD_TOOLS = {"cmake", "g++", "ninja-build", "ccache", "patch"}
 
 
 def _installed_by(purpose: str, tmp_path: Path) -> set[str]:

