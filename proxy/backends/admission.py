@@ -182,9 +182,41 @@ class AdmissionQueue:
 
 
 class Queued:
-    """What an engine's admission queue tells about it (mixed into every engine)."""
+    """An engine's admission: its hold on a seat for one request, and what its queue tells."""
 
+    name: str
+    limit: int
     _admission: AdmissionQueue
+
+    def _servers_said(self) -> str:
+        """How its servers stand, for the error of a request refused on a full queue."""
+        return ""
+
+    @contextlib.asynccontextmanager
+    async def slot(
+        self,
+        tokens: int = 0,
+        prefer: Placement | None = None,
+        settled: Settled | None = None,
+        background: bool = False,
+    ) -> AsyncIterator[SlotUse]:
+        """Hold a seat with room for `tokens` KV tokens on a server (`prefer`'s, holding the
+        request's prompt, when it has room; else the least loaded) and its share of the device,
+        waiting in the bounded queue; raise BackendSaturatedError when the queue is full.
+
+        With a seat free, nothing suspends between the caller's choice and the admission. A
+        hold left by an exception, or one that `settled` says llama-server did not finish,
+        gives the device back as the engine's release says (once its server is idle).
+        """
+        saturated = (
+            f"backend {self.name!r} is at its limit of {self.limit} concurrent requests"
+            f"{self._servers_said()} with {self.queued} queued"
+        )
+        async with self._admission.hold(saturated, tokens, prefer, settled, background) as (
+            _,
+            use,
+        ):
+            yield use
 
     @property
     def queued(self) -> int:

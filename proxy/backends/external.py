@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any, Literal
 
 import aiohttp
@@ -23,9 +23,6 @@ from proxy.backends.devices import Device
 from proxy.backends.discovery import Resolver, discover, names_a_host
 from proxy.backends.engine import (
     BackendState,
-    Placement,
-    Settled,
-    SlotUse,
     engine_health,
     wait_for,
 )
@@ -217,30 +214,9 @@ class ReplicatedEngine(Queued):
         """Tokens a new request may hold: n_ctx (how another server shares its KV is unknown)."""
         return self.n_ctx
 
-    @contextlib.asynccontextmanager
-    async def slot(
-        self,
-        tokens: int = 0,
-        prefer: Placement | None = None,
-        settled: Settled | None = None,
-        background: bool = False,
-    ) -> AsyncIterator[SlotUse]:
-        """Hold a seat on the least loaded ready replica (`prefer`'s, holding the request's
-        prompt, when it has room) and its share of the device, waiting in the bounded queue
-        when every replica is full; raise when the queue is full.
-
-        With a replica free, nothing suspends between the caller's choice and the admission.
-        """
-        saturated = (
-            f"backend {self.name!r} is at its limit of {self.limit} concurrent requests "
-            f"on each of {sum(r.ready for r in self.replicas)} ready replicas with "
-            f"{self.queued} queued"
-        )
-        async with self._admission.hold(saturated, tokens, prefer, settled, background) as (
-            _,
-            use,
-        ):
-            yield use
+    def _servers_said(self) -> str:
+        """How many replicas serve, for the error of a request refused on a full queue."""
+        return f" on each of {sum(r.ready for r in self.replicas)} ready replicas"
 
     def _done(self, server: Seats, abandoned: bool) -> None:
         """A request left a replica: another proxy's llama-server, nothing to learn from

@@ -9,7 +9,7 @@ import os
 import signal
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
@@ -18,10 +18,7 @@ from proxy.backends.admission import AdmissionQueue, Queued, Seats
 from proxy.backends.devices import Device
 from proxy.backends.engine import (
     BackendState,
-    Placement,
     ReplicaView,
-    Settled,
-    SlotUse,
     engine_health,
     wait_for,
 )
@@ -130,27 +127,6 @@ class SupervisedEngine(Queued):
         """Tokens a new request may hold now: all of n_ctx unless the slots share one KV cache
         that requests in flight already fill; None before llama-server said its context."""
         return self._seats.context_free
-
-    @contextlib.asynccontextmanager
-    async def slot(
-        self,
-        tokens: int = 0,
-        prefer: Placement | None = None,
-        settled: Settled | None = None,
-        background: bool = False,
-    ) -> AsyncIterator[SlotUse]:
-        """Hold one seat with room for `tokens` KV tokens and this backend's share of its
-        device, waiting in the bounded queue; raise when the queue is full. `prefer` changes
-        nothing: the backend is one server, and llama-server itself finds the slot or RAM-cache
-        entry holding the prompt. A hold left by an exception, or one that `settled` says
-        llama-server did not finish, frees the device only once it is idle.
-        """
-        saturated = (
-            f"backend {self.name!r} is at its limit of {self.limit} concurrent requests "
-            f"with {self.queued} queued"
-        )
-        async with self._admission.hold(saturated, tokens, None, settled, background) as (_, use):
-            yield use
 
     def _release_device(self, seats: Seats, abandoned: bool) -> None:
         """Give the device back; for a request llama-server may still compute, once it is idle."""
