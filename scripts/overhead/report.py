@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from overhead import ROOT
+from . import ROOT
 
 
 @dataclass
