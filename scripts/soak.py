@@ -118,7 +118,7 @@ def main() -> None:
     end_usage = proxy_usage(proxy.pid)
     final = health(url)
     running.stop()
-    restarts = {n: b["restarts"] for n, b in final["backends"].items()}  # type: ignore[union-attr]
+    restarts = {n: b["restarts"] for n, b in final["backends"].items()}
     print(f"\n{args.minutes:g} minutes, {args.clients} clients, {kills} backend kills")
     print(f"requests served: {served['ok']}; errors: {dict(errors) or 'none'}")
     print(f"restarts per backend: {restarts}; final status: {final['status']}")

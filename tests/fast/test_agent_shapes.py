@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -291,7 +292,7 @@ def test_a_long_prompt_keeps_a_messages_stream_alive_with_real_events() -> None:
 def test_codexs_own_models_tool_items_are_left_out_for_llama_server() -> None:
     from proxy.api.surfaces import responses_upstream
 
-    body = {
+    body: dict[str, Any] = {
         "model": "gpt-6.2-sol",
         "input": [
             {"type": "additional_tools", "role": "developer", "tools": [{"type": "namespace"}]},
@@ -312,24 +313,26 @@ async def test_long_prompts_on_a_shared_kv_cache_are_counted_against_it() -> Non
     from proxy.backends.supervisor import BackendSupervisor
     from proxy.config import Settings
 
-    def supervisor(unified: bool) -> BackendSupervisor:
+    def supervisor(unified: bool, session: aiohttp.ClientSession) -> BackendSupervisor:
         cfg = BackendConfig(
             name="b", model="m.gguf", ctx_size=32768, parallel=4, kv_unified=unified
         )
         settings = Settings(backends=[cfg])
         device = Device("cpu", 2)
         device.add("b", 2)
-        sup = BackendSupervisor(LaunchSpec(config=cfg), settings.supervision(), None, device)  # type: ignore[arg-type]
+        sup = BackendSupervisor(LaunchSpec(config=cfg), settings.supervision(), session, device)
         sup.n_ctx = 32768  # what /props says of both
         return sup
 
-    shared, own = supervisor(True), supervisor(False)
-    async with shared.slot(19_000), own.slot(19_000):
-        # A second 19 k-token prompt does not fit beside the first in one 32 k cache...
-        assert shared.context_free == 32768 - 19_000
-        # ...but does where each slot has a cache of its own.
-        assert own.context_free == 32768
-    assert shared.context_free == 32768
+    # The session is never used: nothing here asks the (absent) server anything.
+    async with aiohttp.ClientSession() as session:
+        shared, own = supervisor(True, session), supervisor(False, session)
+        async with shared.slot(19_000), own.slot(19_000):
+            # A second 19 k-token prompt does not fit beside the first in one 32 k cache...
+            assert shared.context_free == 32768 - 19_000
+            # ...but does where each slot has a cache of its own.
+            assert own.context_free == 32768
+        assert shared.context_free == 32768
 
 
 async def test_a_request_that_fits_an_empty_backend_never_waits_for_room(tmp_path: Path) -> None:

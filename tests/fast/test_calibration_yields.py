@@ -11,8 +11,9 @@ from pathlib import Path
 from structlog.testing import capture_logs
 
 from tests.inprocess import fast_proxy
+from tests.messages import openai_messages
 
-HELLO = [{"role": "user", "content": "Say hello."}]
+HELLO = openai_messages("Say hello.")
 # Each stub answer takes 10 x 0.3 s: a calibration request holds the device for 3 s.
 TOKENS, DELAY_S = 10, 0.3
 
@@ -45,7 +46,7 @@ async def test_a_users_request_waits_at_most_for_the_calibration_request_decodin
             start = time.monotonic()
             raw = await proxy.openai().chat.completions.with_raw_response.create(
                 model=other,
-                messages=HELLO,  # type: ignore[arg-type]
+                messages=HELLO,
             )
             ended = time.monotonic()
             # It waited for the calibration request decoding, not for a second one.

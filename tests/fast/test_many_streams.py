@@ -14,8 +14,9 @@ from aiohttp import web
 
 from proxy.api.relay import BoundedConnector
 from tests.inprocess import fast_proxy
+from tests.messages import openai_messages
 
-HELLO = [{"role": "user", "content": "Say hello."}]
+HELLO = openai_messages("Say hello.")
 
 
 class _Counting(aiohttp.TCPConnector):

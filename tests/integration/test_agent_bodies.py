@@ -46,7 +46,7 @@ def test_claude_codes_messages_shapes_stream_to_message_stop(proxy: RunningProxy
             ],
             messages=[
                 {"role": "user", "content": [{"type": "text", "text": "Say hi."}]},
-                {"role": "system", "content": "Answer in one word."},  # type: ignore[misc,list-item]
+                {"role": "system", "content": "Answer in one word."},
                 {"role": "user", "content": "Now."},
             ],
             extra_body={
@@ -119,7 +119,7 @@ def test_qwen_codes_part_arrays_and_opencodes_trailing_assistant(
     answer = client.chat.completions.create(
         model="auto",
         messages=messages,
-        tools=[TOOL],  # type: ignore[list-item]
+        tools=[TOOL],
         tool_choice="auto",
         max_tokens=16,
     )
@@ -128,7 +128,7 @@ def test_qwen_codes_part_arrays_and_opencodes_trailing_assistant(
     stream = client.chat.completions.create(
         model="auto",
         messages=[*messages, {"role": "assistant", "content": "It said"}],
-        tools=[TOOL],  # type: ignore[list-item]
+        tools=[TOOL],
         max_tokens=8,
         stream=True,
         stream_options={"include_usage": True},

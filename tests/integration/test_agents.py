@@ -50,7 +50,7 @@ def agent_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPro
 def busy_slots(url: str) -> int:
     """Slots a llama-server is processing now."""
     slots = get_json(f"{url}/slots")[1]
-    return sum(1 for s in slots if isinstance(s, dict) and s.get("is_processing"))  # type: ignore[union-attr]
+    return sum(1 for s in slots if isinstance(s, dict) and s.get("is_processing"))
 
 
 def requests_since(proxy: RunningProxy, offset: int) -> list[dict[str, object]]:

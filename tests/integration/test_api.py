@@ -153,7 +153,7 @@ def test_requests_reuse_the_connection_to_their_backend(
     """specproxy's build keeps connections after streamed answers, and the relay pools them."""
     import psutil
 
-    backend = proxy.health()["backends"]["plain"]  # type: ignore[index]
+    backend = proxy.health()["backends"]["plain"]
     port = int(str(backend["url"]).rsplit(":", 1)[1])
     owner = psutil.Process(proxy.process.pid)
 

@@ -56,7 +56,7 @@ class SlotWatcher:
             status, slots = get_json(f"{self.urls[name]}/slots", timeout=5)
         except OSError:
             return False
-        return status == 200 and any(s["is_processing"] for s in slots)  # type: ignore[union-attr]
+        return status == 200 and any(s["is_processing"] for s in slots)
 
     def _run(self) -> None:
         names = list(self.urls)
@@ -164,7 +164,7 @@ def test_calibration_under_load_and_pinned_pairs_take_turns(
     assert all(w > 0 for w in waits), waits
     assert len({r[0] for r in pinned_while_calibrating}) == 3
     devices = shared_cpu.health()["devices"]
-    assert devices["cpu"]["waits"] >= 4 and devices["cpu"]["busy_s"] > 0  # type: ignore[index]
+    assert devices["cpu"]["waits"] >= 4 and devices["cpu"]["busy_s"] > 0
 
 
 def test_auto_requests_arriving_together_never_split_the_device(

@@ -71,7 +71,7 @@ def _metric(text: str, name: str, backend: str) -> float:
 def test_mtp_drafts_reach_the_scoreboard_and_metrics(mtp_proxy: RunningProxy) -> None:
     _timings(mtp_proxy, "mtp")
     rows = get_json(f"{mtp_proxy.url}/scoreboard")[1]["estimates"]
-    mtp_rows = [r for r in rows if r["backend"] == "mtp"]  # type: ignore[union-attr]
+    mtp_rows = [r for r in rows if r["backend"] == "mtp"]
     assert mtp_rows and all(r["acceptance"] > 0.9 for r in mtp_rows)
     with urllib.request.urlopen(f"{mtp_proxy.url}/metrics", timeout=10) as resp:
         text = resp.read().decode()

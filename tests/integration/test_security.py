@@ -66,8 +66,8 @@ def test_default_bind_is_loopback_and_wide_bind_without_keys_warns(
         log = wide.log_path.read_text()
         assert "LISTENING BEYOND LOOPBACK WITHOUT API KEYS" in log
         # Backends stay on loopback whatever the proxy binds.
-        backend = wide.health()["backends"]["solo"]  # type: ignore[index]
-        assert str(backend["url"]).startswith("http://127.0.0.1:")  # type: ignore[index]
+        backend = wide.health()["backends"]["solo"]
+        assert str(backend["url"]).startswith("http://127.0.0.1:")
 
 
 def test_sigterm_drains_a_running_stream_then_stops_backends(config: Path, tmp_path: Path) -> None:

@@ -127,7 +127,7 @@ async def _wait_until(page: DevTools, selector: str, holds: Any, timeout: float)
 async def test_the_page_loads_in_chromium_and_updates_after_a_request(
     proxy: RunningProxy, client: openai.OpenAI
 ) -> None:
-    backends = list(proxy.health()["backends"])  # type: ignore[call-overload]
+    backends = list(proxy.health()["backends"])
     async with aiohttp.ClientSession() as http, headless_chromium(http) as page:
         await page.call("Page.enable")
         await page.call("Page.navigate", url=f"{proxy.url}/")  # a browser lands on /ui

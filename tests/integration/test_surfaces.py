@@ -181,7 +181,7 @@ def test_a_prompt_beyond_the_context_is_one_anthropic_400(claude: anthropic.Anth
     too_long = [{"role": "user", "content": "hello " * 3000}]
     for stream in (False, True):
         with pytest.raises(anthropic.BadRequestError) as upstream:
-            claude.messages.create(model="plain", max_tokens=8, messages=too_long, stream=stream)  # type: ignore[arg-type, call-overload]
+            claude.messages.create(model="plain", max_tokens=8, messages=too_long, stream=stream)
         body = upstream.value.body
         assert isinstance(body, dict) and body["type"] == "error"
         message = body["error"]["message"]
@@ -212,7 +212,7 @@ def coder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProxy]:
 def test_infill_is_routed_and_measured_as_fim(coder: RunningProxy) -> None:
     wait_calibrated(coder.url, 240)
     rows = get_json(f"{coder.url}/scoreboard")[1]["estimates"]
-    assert any(r["task"] == "fim" and r["tokens_per_s"] > 0 for r in rows), rows  # type: ignore[index, union-attr]
+    assert any(r["task"] == "fim" and r["tokens_per_s"] > 0 for r in rows), rows
     before = scrape(coder)
     status, headers, answer = post(coder, "/infill", FIM)
     assert status == 200, answer
@@ -321,7 +321,7 @@ def _slots_idle(proxy: RunningProxy) -> bool:
     assert isinstance(backends, dict)
     for b in backends.values():
         _, slots = get_json(f"{b['url']}/slots")
-        if any(s["is_processing"] for s in slots):  # type: ignore[union-attr]
+        if any(s["is_processing"] for s in slots):
             return False
     return True
 
