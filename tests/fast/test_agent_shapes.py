@@ -17,6 +17,7 @@ from proxy.api.validation import check_messages, check_responses
 from proxy.config import load_settings
 from proxy.routing.aliases import ModelAliases
 from proxy.testing.llama_double import Behaviour, start_double
+from tests.agent_bodies import codex_responses_body
 from tests.inprocess import proxy_in_front
 
 
@@ -63,29 +64,7 @@ def test_claude_codes_body_shapes_are_accepted() -> None:
 
 
 def test_codexs_responses_body_is_accepted() -> None:
-    body = {
-        "model": "gpt-6.2-sol",
-        "instructions": "",
-        "input": [
-            {
-                "type": "message",
-                "role": "developer",
-                "content": [{"type": "input_text", "text": "x"}],
-            },
-            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "y"}]},
-        ],
-        "tools": [
-            {"type": "function", "name": "shell", "parameters": {"type": "object"}},
-            {"type": "namespace", "name": "mcp", "tools": []},
-            {"type": "web_search"},
-        ],
-        "store": False,
-        "include": ["reasoning.encrypted_content"],
-        "reasoning": {"effort": "medium"},
-        "prompt_cache_key": "k",
-        "parallel_tool_calls": False,
-        "stream": True,
-    }
+    body = codex_responses_body()
     assert check_responses(body) is body
 
 

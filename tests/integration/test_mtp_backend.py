@@ -11,9 +11,10 @@ import pytest
 
 from proxy.llamacpp import metric_value
 from tests.helpers import ROOT, get_json
+from tests.messages import openai_messages
 from tests.subprocess_proxy import RunningProxy, openai_client, running_proxy
 
-PROMPT = [{"role": "user", "content": "Tell me a long story."}]
+PROMPT = openai_messages("Tell me a long story.")
 
 
 @pytest.fixture(scope="module")

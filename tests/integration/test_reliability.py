@@ -11,14 +11,16 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
 
 from tests.helpers import get_json, wait_until
+from tests.messages import openai_messages
 from tests.subprocess_proxy import RunningProxy, openai_client, running_proxy
 
-LONG = [{"role": "user", "content": "Count from 1 to 1000, one number per line."}]
+LONG = openai_messages("Count from 1 to 1000, one number per line.")
 TWO_BACKENDS = """
 health_interval_s: 0.5
 restart_backoff_initial_s: 0.5
@@ -118,7 +120,10 @@ def test_client_leaving_a_non_streamed_request_frees_the_slot(proxy: RunningProx
         client.chat.completions.create(
             model="plain", messages=LONG, max_tokens=300, extra_body={"ignore_eos": True}
         )
-    in_flight = lambda: proxy.health()["backends"]["plain"]["in_flight"]  # noqa: E731
+
+    def in_flight() -> int:
+        return int(proxy.health()["backends"]["plain"]["in_flight"])
+
     assert wait_until(lambda: in_flight() == 0, 1.0), "the proxy still counts the request"
     assert wait_until(lambda: not slot_busy(url), 1.0), "slot still busy 1 s after the client left"
 
@@ -127,7 +132,7 @@ def test_a_whole_answer_assembled_from_the_stream_matches_llama_servers_own(
     proxy: RunningProxy,
 ) -> None:
     url = backend_url(proxy, "plain")
-    body = {"messages": LONG, "max_tokens": 24, "temperature": 0, "seed": 1}
+    body: dict[str, Any] = {"messages": LONG, "max_tokens": 24, "temperature": 0, "seed": 1}
     request = urllib.request.Request(
         f"{url}/v1/chat/completions",
         json.dumps(body).encode(),

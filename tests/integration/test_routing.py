@@ -7,6 +7,7 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -102,7 +103,7 @@ def test_a_stream_its_client_abandons_still_teaches_the_scoreboard(routed: Runni
     }
     conn.request("POST", "/v1/chat/completions", json.dumps(body), {"X-Specproxy-Task": "prose"})
     resp = conn.getresponse()
-    chunks = []
+    chunks: list[dict[str, Any]] = []
     while len(chunks) < 40:
         line = resp.readline()
         assert line, "the stream ended early"

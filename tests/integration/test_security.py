@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import get_json, wait_for
+from tests.messages import openai_messages
 from tests.subprocess_proxy import RunningProxy, openai_client, running_proxy
 
 SOLO = """
@@ -20,7 +21,7 @@ backends:
   - {name: solo, kind: plain, model: smollm2-135m, threads: 1, ctx_size: 1024}
 """
 KEY = "sk-test-4f0c2b"
-HI = [{"role": "user", "content": "hi"}]
+HI = openai_messages("hi")
 
 
 @pytest.fixture
@@ -43,7 +44,7 @@ def keyed(config: Path, tmp_path: Path) -> Iterator[RunningProxy]:
 
 def test_the_key_works_and_is_never_logged(keyed: RunningProxy) -> None:
     with openai_client(keyed.url, api_key=KEY) as client:
-        reply = client.chat.completions.create(model="solo", messages=HI, max_tokens=2)  # type: ignore[arg-type]
+        reply = client.chat.completions.create(model="solo", messages=HI, max_tokens=2)
     assert reply.choices
     assert get_json(f"{keyed.url}/health")[0] == 200, "health stays open for load balancers"
     assert KEY not in keyed.log_path.read_text()
