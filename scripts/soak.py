@@ -20,6 +20,7 @@ import time
 import urllib.request
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import openai
 
@@ -46,7 +47,7 @@ def proxy_usage(pid: int) -> tuple[int, int]:
     return rss, len(os.listdir(f"/proc/{pid}/fd"))
 
 
-def health(url: str) -> dict[str, object]:
+def health(url: str) -> dict[str, Any]:
     with urllib.request.urlopen(f"{url}/health", timeout=5) as resp:
         return dict(json.load(resp))
 

@@ -68,13 +68,14 @@ def test_codexs_responses_body_is_accepted() -> None:
     assert check_responses(body) is body
 
 
-def _events(raw: bytes) -> list[tuple[str | None, object]]:
-    out: list[tuple[str | None, object]] = []
+def _events(raw: bytes) -> list[tuple[str | None, Any]]:
+    """Each event's name and data: the data as JSON parsed (any shape), or "[DONE]"."""
+    out: list[tuple[str | None, Any]] = []
     for event in raw.split(b"\n\n"):
         if not event.strip():
             continue
         name = None
-        data: object = None
+        data: Any = None
         for line in event.split(b"\n"):
             if line.startswith(b"event: "):
                 name = line[7:].decode()
@@ -99,7 +100,7 @@ def test_an_openai_stream_cut_short_gets_an_error_and_done() -> None:
     end.feed(b'data: {"choices":[{"delta":{"content":"he"}}]}\n\n')
     events = _events(end.flush())
     assert events[-1] == (None, "[DONE]")
-    assert events[0][1]["error"]["code"] == "upstream_error"  # type: ignore[index]
+    assert events[0][1]["error"]["code"] == "upstream_error"
     finished = OpenAIStreamEnd()
     finished.feed(b'data: {"choices":[]}\n\ndata: [DONE]\n\n')
     assert finished.flush() == b""
@@ -117,7 +118,7 @@ def test_a_responses_stream_that_fails_ends_with_response_failed() -> None:
     failed = events[-1][1]
     assert isinstance(failed, dict) and failed["response"]["id"] == "r1"
     assert failed["response"]["error"]["message"] == "boom"
-    assert [d["sequence_number"] for _, d in events] == [0, 1, 2]  # type: ignore[index]
+    assert [d["sequence_number"] for _, d in events] == [0, 1, 2]
 
 
 def test_a_responses_stream_cut_short_ends_with_response_failed() -> None:
@@ -261,11 +262,11 @@ def test_a_long_prompt_keeps_a_messages_stream_alive_with_real_events() -> None:
         "message_delta",
         "message_stop",
     ]
-    indices = [d["index"] for n, d in events if n.startswith("content_block")]  # type: ignore[index]
+    indices = [d["index"] for n, d in events if n.startswith("content_block")]
     assert indices == [0, 0, 0, 1, 1, 1]
-    assert events[4][1]["content_block"]["name"] == "Write"  # type: ignore[index]
+    assert events[4][1]["content_block"]["name"] == "Write"
     # The prompt's token count of the message_start the client did not get.
-    assert events[7][1]["usage"]["input_tokens"] == 18000  # type: ignore[index]
+    assert events[7][1]["usage"]["input_tokens"] == 18000
 
 
 def test_codexs_own_models_tool_items_are_left_out_for_llama_server() -> None:

@@ -59,7 +59,8 @@ async def test_no_first_token_is_a_504_and_a_stall_an_sse_error(tmp_path: Path) 
                 messages=HELLO,
             )
         assert err.value.status_code == 504
-        assert err.value.body["code"] == "upstream_timeout"  # type: ignore[index]
+        body = err.value.body
+        assert isinstance(body, dict) and body["code"] == "upstream_timeout"
         double.behaviour.first_token_delay_s = 0
         double.behaviour.stall_after = 2
         status, events = await sse_events(
