@@ -58,6 +58,7 @@ def run_one(
 ) -> Sample:
     raw = client.chat.completions.with_raw_response.create(
         model=model,
+        # proxy.workload's messages are plain dicts of valid roles, not the SDK's TypedDicts.
         messages=messages,  # type: ignore[arg-type]
         max_tokens=tokens,
         temperature=0,

@@ -174,6 +174,7 @@ async def test_a_backend_that_does_not_accept_in_time_is_unreachable_not_a_token
     import socket
 
     import aiohttp
+    from aiohttp.test_utils import make_mocked_request
 
     from proxy.api.errors import ApiError
     from proxy.api.relay import RelayTimeouts, Upstream, relay
@@ -198,7 +199,8 @@ async def test_a_backend_that_does_not_accept_in_time_is_unreachable_not_a_token
         async with aiohttp.ClientSession(timeout=timeout) as session:
             with pytest.raises(ApiError) as caught:
                 await relay(
-                    None,  # type: ignore[arg-type]  # a whole answer reads no client request
+                    # A whole answer reads nothing of the client's request: a stand-in.
+                    make_mocked_request("POST", "/completion"),
                     Upstream(pooled=session, fresh=session),
                     "busy",
                     f"http://127.0.0.1:{port}/completion",

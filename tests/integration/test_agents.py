@@ -126,7 +126,7 @@ def test_claude_code(agent_proxy: RunningProxy, tmp_path: Path) -> None:
         block
         for line in lines
         if line.get("type") == "assistant"
-        for block in line["message"]["content"]  # type: ignore[index]
+        for block in line["message"]["content"]
         if isinstance(block, dict) and block.get("type") == "tool_use"
     ]
     assert_wrote_greet_if_it_tried(run, any(t.get("name") == "Write" for t in tool_uses))

@@ -33,8 +33,8 @@ def test_samples_from_a_busy_machine_do_not_decide_once_it_is_quiet(
     with running_proxy(
         THREADS_CONFIG, log, SPECPROXY_EXPLORE_SHARE="0", SPECPROXY_CALIBRATION_REQUESTS="0"
     ) as proxy:
-        ask = {"messages": [{"role": "user", "content": "Write a short poem about the sea."}]}
-        ask["max_tokens"] = 48  # type: ignore[assignment]
+        poem = [{"role": "user", "content": "Write a short poem about the sea."}]
+        ask = {"messages": poem, "max_tokens": 48}
 
         def send(model: str) -> requests.Response:
             resp = requests.post(

@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -80,7 +81,7 @@ def test_killed_backend_is_restarted_and_pinned_requests_get_503(
     assert reply.choices[0].message.content is not None
 
 
-def _restart(proxy: RunningProxy, name: str) -> tuple[int, dict]:  # type: ignore[type-arg]
+def _restart(proxy: RunningProxy, name: str) -> tuple[int, dict[str, Any]]:
     request = urllib.request.Request(
         f"{proxy.url}/admin/backends/{name}/restart", b"", method="POST"
     )
