@@ -39,6 +39,8 @@ test: $(STAMP) test-deps
 test-fast: $(STAMP)
 	$(BIN)/pytest tests/fast -q
 
+# What CI runs before the suite (.ci/run): ruff's rules and format, then mypy over the files
+# pyproject.toml's [tool.mypy] lists (proxy, tests, loadtests, scripts).
 lint: $(STAMP)
 	$(BIN)/ruff check proxy tests loadtests scripts
 	$(BIN)/ruff format --check proxy tests loadtests scripts

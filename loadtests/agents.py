@@ -13,7 +13,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from proxy.config import default_cache_dir
 
@@ -37,7 +37,7 @@ class AgentRun:
     workdir: Path
     seconds: float
 
-    def json_lines(self) -> list[dict[str, object]]:
+    def json_lines(self) -> list[dict[str, Any]]:
         """Every stdout line that is a JSON object (the agents' --json / stream-json output)."""
         out = []
         for line in self.stdout.splitlines():

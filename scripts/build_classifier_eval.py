@@ -495,6 +495,7 @@ def mt_bench(mirror: Mirror) -> Iterator[Item]:
     }
     for row in mirror.jsonl("fastchat", f"{base}/question.jsonl"):
         qid, category, turns = row["question_id"], row["category"], row["turns"]
+        label: str | None  # None: the reference answer is mixed, no item
         if category == "extraction":
             continue  # JSON/CSV extraction: structured data, neither code nor prose
         ref = refs.get(qid)
@@ -602,6 +603,7 @@ def aider_history(mirror: Mirror, formats: dict[str, AiderFormat]) -> Iterator[I
     # The history repeats some sessions (test fixtures): one item per distinct request.
     unique = {c[3]: c for c in candidates if len(c[3].split()) >= 3}
     for s_index, b_index, files, request, answer in pick(rng, list(unique.values()), 220):
+        label: str | None  # None: the reference answer is mixed, no item
         contents = []
         for path in files[:3]:
             try:

@@ -170,7 +170,7 @@ def report(cells: list[Cell]) -> str:
             continue
 
         def mean(attr: str) -> float:
-            return statistics.mean(getattr(c, attr) for c in group)  # noqa: B023
+            return float(statistics.mean(getattr(c, attr) for c in group))  # noqa: B023
 
         rows.append(
             f"| {policy} | {streams} | {pattern} | {mean('aggregate_tps'):.1f} "

@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from proxy.routing.classifier import TaskClassifier  # noqa: E402
+from proxy.testing.classifier_scores import ClassifierScores  # noqa: E402
 
 SPLIT_FILE = ROOT / "tests" / "data" / "classifier_eval_split.tsv"
 CLASSIFIED = ("code", "prose", "echo")
@@ -81,36 +82,24 @@ def check_against_the_pinned_split(parts: dict[str, list[dict[str, Any]]]) -> li
 def scores(items: list[dict[str, Any]], misses: bool) -> tuple[dict[str, tuple[float, float]], str]:
     """Per-class (precision, recall) and a printable report."""
     classifier = TaskClassifier()
-    confusion: Counter[tuple[str, str]] = Counter()
+    pairs: list[tuple[str, str]] = []
     by_source: Counter[tuple[str, bool]] = Counter()
     missed: list[str] = []
     for item in items:
         predicted = classifier.classify(item["body"])
-        confusion[item["label"], predicted] += 1
+        pairs.append((item["label"], predicted))
         source = item["id"].split("-", 1)[0]  # aider, oasst, mtbench, user (self-instruct)...
         by_source[source, predicted == item["label"]] += 1
         if predicted != item["label"]:
             missed.append(f"  {item['label']} -> {predicted}: {item['id']}")
-    result: dict[str, tuple[float, float]] = {}
-    for cls in CLASSIFIED:
-        hits = confusion[cls, cls]
-        predicted_as = sum(confusion[other, cls] for other in CLASSIFIED)
-        actual = sum(confusion[cls, other] for other in CLASSIFIED)
-        result[cls] = (hits / max(predicted_as, 1), hits / max(actual, 1))
-    right = sum(confusion[c, c] for c in CLASSIFIED)
-    lines = [f"{len(items)} test-part items, accuracy {right / max(len(items), 1):.3f}"]
-    lines += [f"{c}: precision {p:.3f} recall {r:.3f}" for c, (p, r) in result.items()]
-    lines.append("label \\ predicted " + " ".join(f"{c:>7}" for c in CLASSIFIED))
-    lines += [
-        f"{label:>17} " + " ".join(f"{confusion[label, c]:>7}" for c in CLASSIFIED)
-        for label in CLASSIFIED
-    ]
+    scored = ClassifierScores.of(pairs, CLASSIFIED)
+    lines = [f"{len(items)} test-part items, accuracy {scored.accuracy():.3f}", *scored.report()]
     for source in sorted({s for s, _ in by_source}):
         good, bad = by_source[source, True], by_source[source, False]
         lines.append(f"  {source}: accuracy {good / (good + bad):.2f} ({good + bad} items)")
     if misses:
         lines += ["misclassified:", *missed]
-    return result, "\n".join(lines)
+    return scored.precision_recall(), "\n".join(lines)
 
 
 def main() -> int:

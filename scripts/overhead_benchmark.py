@@ -41,10 +41,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from overhead import ROOT
-from overhead.client import closed_loop, many_streams, request_bytes
-from overhead.processes import Children, RssSampler, free_port, raise_open_files, wait_http
-from overhead.report import (
+ROOT = Path(__file__).resolve().parent.parent  # the repository
+sys.path.insert(0, str(ROOT))  # scripts.overhead and the proxy package, from a checkout
+
+from proxy.testing.llama_shapes import MODEL as STUB_MODEL  # noqa: E402
+from scripts.overhead.client import closed_loop, many_streams, request_bytes  # noqa: E402
+from scripts.overhead.processes import (  # noqa: E402
+    Children,
+    RssSampler,
+    free_port,
+    raise_open_files,
+    wait_http,
+)
+from scripts.overhead.report import (  # noqa: E402
     LoopRow,
     StreamRow,
     git_head,
@@ -53,10 +62,6 @@ from overhead.report import (
     print_profile,
     stream_table,
 )
-
-sys.path.insert(0, str(ROOT))  # the proxy package, from a checkout not installed
-
-from proxy.testing.llama_shapes import MODEL as STUB_MODEL
 
 STUB = "proxy.testing.instant_upstream"  # the upstream, run as `python -m`
 BACKEND = "stub"  # the specproxy backend name and the LiteLLM model name

@@ -58,6 +58,7 @@ def run_one(
 ) -> Sample:
     raw = client.chat.completions.with_raw_response.create(
         model=model,
+        # proxy.workload's messages are plain dicts of valid roles, not the SDK's TypedDicts.
         messages=messages,  # type: ignore[arg-type]
         max_tokens=tokens,
         temperature=0,
@@ -159,9 +160,9 @@ def main() -> None:
     print("| mode | " + " | ".join(f"{t} t/s" for t in tasks) + " | overall t/s | vs oracle |")
     print("| --- | " + " | ".join("---:" for _ in tasks) + " | ---: | ---: |")
     for mode in [*backends, "auto"]:
-        cells = " | ".join(f"{tps(of(mode, t)):.1f}" for t in tasks)
+        row = " | ".join(f"{tps(of(mode, t)):.1f}" for t in tasks)
         overall = tps(results[mode])
-        print(f"| {mode} | {cells} | {overall:.1f} | {overall / oracle:.1%} |")
+        print(f"| {mode} | {row} | {overall:.1f} | {overall / oracle:.1%} |")
     oracle_cells = " | ".join(f"{tps(of(best[t], t)):.1f} ({best[t]})" for t in tasks)
     print(f"| oracle | {oracle_cells} | {oracle:.1f} | 100.0% |")
     choices = Counter(f"{s.task}->{s.backend} ({s.route})" for s in results["auto"])

@@ -20,6 +20,7 @@ import time
 import urllib.request
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import openai
 
@@ -46,7 +47,7 @@ def proxy_usage(pid: int) -> tuple[int, int]:
     return rss, len(os.listdir(f"/proc/{pid}/fd"))
 
 
-def health(url: str) -> dict[str, object]:
+def health(url: str) -> dict[str, Any]:
     with urllib.request.urlopen(f"{url}/health", timeout=5) as resp:
         return dict(json.load(resp))
 
@@ -118,7 +119,7 @@ def main() -> None:
     end_usage = proxy_usage(proxy.pid)
     final = health(url)
     running.stop()
-    restarts = {n: b["restarts"] for n, b in final["backends"].items()}  # type: ignore[union-attr]
+    restarts = {n: b["restarts"] for n, b in final["backends"].items()}
     print(f"\n{args.minutes:g} minutes, {args.clients} clients, {kills} backend kills")
     print(f"requests served: {served['ok']}; errors: {dict(errors) or 'none'}")
     print(f"restarts per backend: {restarts}; final status: {final['status']}")

@@ -31,6 +31,7 @@ from proxy.routing.classifier import (  # noqa: E402
     LinearModel,
     TaskClassifier,
 )
+from proxy.testing.classifier_scores import ClassifierScores  # noqa: E402
 
 REGRESSION = ROOT / "tests" / "data" / "labelled_requests.jsonl"
 OUT = ROOT / "proxy" / "routing" / WEIGHTS_FILE
@@ -97,15 +98,14 @@ def matrix(rows: list[list[str]], vocab: dict[str, int]) -> np.ndarray:
 
 def balanced_weights(y: np.ndarray) -> np.ndarray:
     counts = np.bincount(y, minlength=len(TASK_CLASSES)).astype(np.float64)
-    return (len(y) / (len(TASK_CLASSES) * counts))[y]
+    weights: np.ndarray = (len(y) / (len(TASK_CLASSES) * counts))[y]
+    return weights
 
 
 def per_class(y: np.ndarray, pred: np.ndarray) -> dict[str, tuple[float, float]]:
-    out = {}
-    for i, cls in enumerate(TASK_CLASSES):
-        tp = int(((pred == i) & (y == i)).sum())
-        out[cls] = (tp / max(int((pred == i).sum()), 1), tp / max(int((y == i).sum()), 1))
-    return out
+    """(precision, recall) per class of the predicted class indices `pred` against `y`."""
+    pairs = ((TASK_CLASSES[a], TASK_CLASSES[b]) for a, b in zip(y, pred, strict=True))
+    return ClassifierScores.of(pairs, TASK_CLASSES).precision_recall()
 
 
 def train(rows: list[list[str]], y: np.ndarray, l2: float) -> tuple[dict[str, int], np.ndarray]:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, overload
 
 import pytest
 
@@ -135,6 +135,26 @@ def wait_for(
     if not wait_until(holds, timeout, interval, ignore):
         pytest.fail(f"waited {timeout:g} s for {what() if callable(what) else what}")
     return found[0]
+
+
+# Two signatures, because a coroutine function is also a function returning a value: mypy
+# infers T from the awaited value only when the awaitable case is a signature of its own.
+@overload
+async def eventually(
+    condition: Callable[[], Awaitable[T | None]],
+    timeout: float = ...,
+    what: str = ...,
+    interval: float = ...,
+) -> T: ...
+
+
+@overload
+async def eventually(
+    condition: Callable[[], T | None],
+    timeout: float = ...,
+    what: str = ...,
+    interval: float = ...,
+) -> T: ...
 
 
 async def eventually(

@@ -13,6 +13,7 @@ from typing import Any
 
 import anthropic
 import openai
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from proxy.api.app import build_app
@@ -28,7 +29,7 @@ from tests.helpers import eventually, without_specproxy_env
 class FastProxy:
     """An in-process proxy, its stub backends by name, and SDK clients for it (closed with it)."""
 
-    http: TestClient[Any, Any]
+    http: TestClient[web.Request, web.Application]
     doubles: dict[str, LlamaServerDouble]
     clients: list[openai.AsyncOpenAI | anthropic.AsyncAnthropic] = field(default_factory=list)
 

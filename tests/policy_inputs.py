@@ -1,4 +1,5 @@
-"""Stand-ins for what the route policy reads: backends on devices, measurements on a scoreboard."""
+"""Stand-ins for what the route policy reads (backends on devices, measurements on a scoreboard),
+and its answers read where a test knows there is one."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from proxy.backends.devices import Device
-from proxy.routing.scoreboard import Outcome, Scoreboard
+from proxy.routing.policy import RoutePolicy
+from proxy.routing.ranking import RequestCost, RouteChoice
+from proxy.routing.scoreboard import Estimate, Outcome, Scoreboard
 
 
 @dataclass
@@ -86,3 +89,22 @@ def measure(
     board.record(
         Outcome(backend, task, level, tps, 0.1, 64, kw.get("draft_n", 0), kw.get("accepted", 0))
     )
+
+
+def chosen(
+    policy: RoutePolicy,
+    task: str,
+    backends: Sequence[Backend],
+    cost: RequestCost | None = None,
+) -> RouteChoice:
+    """The policy's choice where the test has a ready backend (None fails the test here)."""
+    choice = policy.choose(task, backends, cost)
+    assert choice is not None, f"no backend chosen for {task}"
+    return choice
+
+
+def estimate(board: Scoreboard, backend: str, task: str, level: int) -> Estimate:
+    """The board's estimate at this level where the test measured one (None fails it here)."""
+    found = board.get(backend, task, level)
+    assert found is not None, f"no estimate for {backend}, {task}, level {level}"
+    return found

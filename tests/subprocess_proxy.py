@@ -27,7 +27,6 @@ def wait_calibrated(url: str, timeout: float) -> dict[str, Any]:
     return calibration(url)
 
 
-def openai_client(url: str, **kw: object) -> openai.OpenAI:
+def openai_client(url: str, api_key: str = "unused", timeout: float = 120) -> openai.OpenAI:
     """The official OpenAI client for a proxy at `url`, without retries: use it in a `with`."""
-    options: dict[str, object] = {"api_key": "unused", "max_retries": 0, "timeout": 120, **kw}
-    return openai.OpenAI(base_url=f"{url}/v1", **options)  # type: ignore[arg-type]
+    return openai.OpenAI(base_url=f"{url}/v1", api_key=api_key, max_retries=0, timeout=timeout)

@@ -29,8 +29,9 @@ def clean_env(**env: str) -> dict[str, str]:
     return {**kept, **env}
 
 
-def get_json(url: str, timeout: float = 5) -> tuple[int, dict[str, Any]]:
-    """GET a JSON document, returning status and body even for error statuses."""
+def get_json(url: str, timeout: float = 5) -> tuple[int, Any]:
+    """GET a JSON document, returning status and body even for error statuses (the body as
+    parsed: an object, or a list such as llama-server's /slots)."""
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
             return resp.status, json.load(resp)
@@ -59,7 +60,8 @@ class RunningProxy:
         return f"http://127.0.0.1:{self.port}"
 
     def health(self) -> dict[str, Any]:
-        return get_json(f"{self.url}/health")[1]
+        body: dict[str, Any] = get_json(f"{self.url}/health")[1]
+        return body
 
     def backend_pids(self) -> dict[str, int]:
         backends = self.health()["backends"]

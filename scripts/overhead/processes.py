@@ -14,7 +14,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from overhead import ROOT
+from . import ROOT
 
 
 def raise_open_files() -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from overhead import ROOT
+from . import ROOT
 
 
 @dataclass
@@ -129,7 +129,9 @@ def print_profile(path: Path, top: int = 15) -> None:
     """The proxy's own functions by cumulative time."""
     stats = pstats.Stats(str(path))
     rows = []
-    for (filename, line, func), (_cc, nc, _tt, ct, _callers) in stats.stats.items():  # type: ignore[attr-defined]
+    # Stats.stats, the raw table pstats documents, is not in typeshed's stub of Stats.
+    table = stats.stats  # type: ignore[attr-defined]
+    for (filename, line, func), (_cc, nc, _tt, ct, _callers) in table.items():
         if f"{os.sep}proxy{os.sep}" in filename and str(ROOT) in filename:
             rows.append((ct, nc, f"{Path(filename).relative_to(ROOT)}:{line}({func})"))
     rows.sort(reverse=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 from proxy.backends.engine import Placement
 from proxy.routing.policy import RoutePolicy
@@ -13,15 +14,15 @@ from proxy.routing.ranking import RequestCost
 from proxy.routing.scoreboard import Outcome, Scoreboard
 from proxy.testing.llama_double import Behaviour, start_double
 from tests.inprocess import proxy_in_front
-from tests.policy_inputs import Backend, measure, shared
+from tests.policy_inputs import Backend, chosen, estimate, measure, shared
 
 TOOLS = [{"type": "function", "function": {"name": "read_file", "parameters": {}}}]
 SYSTEM = "You are a coding agent. " * 400
 
 
-def turn(n: int, tools: list[object] | None = None) -> dict[str, object]:
+def turn(n: int, tools: list[object] | None = None) -> dict[str, Any]:
     """An agent's n-th turn: the same system prompt and tools, one more tool result each."""
-    messages: list[object] = [{"role": "system", "content": SYSTEM}]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
     messages.append({"role": "user", "content": "rename foo to bar in app.py"})
     for i in range(n):
         call = {"id": f"c{i}", "type": "function", "function": {"name": "read_file"}}
@@ -36,7 +37,7 @@ def test_a_later_turn_shares_the_whole_earlier_prompt() -> None:
     assert first.shared_chars(second) == first.chars
     # Another session with the same system prompt and tools shares those, not the rest.
     other = turn(1)
-    other["messages"][1] = {"role": "user", "content": "something else"}  # type: ignore[index]
+    other["messages"][1] = {"role": "user", "content": "something else"}
     assert 0 < PromptPrefix.of(other).shared_chars(first) < first.chars
     # Other tools: nothing after the system prompt is shared.
     assert PromptPrefix.of(turn(1, tools=[{"x": 1}])).shared_chars(first) < len(SYSTEM) + 100
@@ -71,13 +72,13 @@ def test_the_cache_knows_where_a_prompt_is_held_and_forgets_old_ones() -> None:
     assert len(cache.held_prompts("plain")) == 1
     for i in range(30):
         other = turn(1)
-        other["messages"][1] = {"role": "user", "content": f"task {i}"}  # type: ignore[index]
+        other["messages"][1] = {"role": "user", "content": f"task {i}"}
         cache.record("plain", PromptPrefix.of(other), Placement("http://a"), 3000, 2)
     assert len(cache.held_prompts("plain")) == 2 + 16
     # The session's own turn fell out: what is left of turn 3 is the system prompt and tools
     # that the newer sessions share with it, as much as a session never seen gets.
     unseen = turn(1)
-    unseen["messages"][1] = {"role": "user", "content": "never sent"}  # type: ignore[index]
+    unseen["messages"][1] = {"role": "user", "content": "never sent"}
     left = cache.cached("plain", PromptPrefix.of(turn(3)), {"http://a"}).tokens
     assert left == cache.cached("plain", PromptPrefix.of(unseen), {"http://a"}).tokens > 0
 
@@ -137,7 +138,7 @@ def test_a_long_uncached_prompt_is_not_sent_to_measure_a_backend() -> None:
     policy = RoutePolicy(board, explore_share=1.0, rng=random.Random(3))
     held = RequestCost(prompt_tokens=6200, cached={"plain": 6000}, max_tokens=64)
     # draft is unmeasured and every request may explore: neither on a 6 k-token move.
-    reasons = {policy.choose("code", backends, held).reason for _ in range(50)}  # type: ignore[union-attr]
+    reasons = {chosen(policy, "code", backends, held).reason for _ in range(50)}
     assert reasons == {"affinity"}
     # A short request measures draft.
     choice = policy.choose("code", backends, RequestCost(prompt_tokens=200))
@@ -159,15 +160,15 @@ def test_a_busy_machines_samples_stand_in_only_until_a_quiet_one() -> None:
     board = Scoreboard()
     for _ in range(3):
         board.record(Outcome("plain", "code", 1, 4.0, 1.0, 64, 0, 0, contended=True))
-    est = board.get("plain", "code", 1)
-    assert est is not None and est.contended and round(est.tokens_per_s) == 4
+    est = estimate(board, "plain", "code", 1)
+    assert est.contended and round(est.tokens_per_s) == 4
     board.record(Outcome("plain", "code", 1, 12.0, 1.0, 64, 0, 0))
-    est = board.get("plain", "code", 1)
-    assert est is not None and not est.contended and round(est.tokens_per_s) == 12
+    est = estimate(board, "plain", "code", 1)
+    assert not est.contended and round(est.tokens_per_s) == 12
     # More busy samples do not move the quiet estimate.
     for _ in range(5):
         board.record(Outcome("plain", "code", 1, 3.0, 1.0, 64, 0, 0, contended=True))
-    assert round(board.get("plain", "code", 1).tokens_per_s) == 12  # type: ignore[union-attr]
+    assert round(estimate(board, "plain", "code", 1).tokens_per_s) == 12
 
 
 def test_a_backend_known_only_from_a_busy_machine_is_rechecked_once_quiet() -> None:
@@ -184,7 +185,7 @@ def test_a_backend_known_only_from_a_busy_machine_is_rechecked_once_quiet() -> N
     quiet = policy.choose("code", backends, RequestCost(quiet=True))
     assert quiet is not None and (quiet.backend, quiet.reason) == ("plain", "recheck")
     # Until the recheck's sample lands, no second recheck of it for a few decisions.
-    assert policy.choose("code", backends).reason != "recheck"  # type: ignore[union-attr]
+    assert chosen(policy, "code", backends).reason != "recheck"
     board.record(Outcome("plain", "code", 1, 12.0, 1.0, 64, 0, 0))
     choice = policy.choose("code", backends)
     assert choice is not None and choice.backend == "plain"
@@ -193,11 +194,11 @@ def test_a_backend_known_only_from_a_busy_machine_is_rechecked_once_quiet() -> N
 def test_intervals_narrow_with_repeated_measurements() -> None:
     board = Scoreboard()
     measure(board, "plain", "code", 10.0)
-    one = board.get("plain", "code", 1)
-    assert one is not None and one.interval(board.alpha) == (5.0, 20.0)
+    one = estimate(board, "plain", "code", 1)
+    assert one.interval(board.alpha) == (5.0, 20.0)
     for tps in (9.5, 10.5, 10.0, 9.8, 10.2):
         measure(board, "plain", "code", tps)
-    lo, hi = board.get("plain", "code", 1).interval(board.alpha)  # type: ignore[union-attr]
+    lo, hi = estimate(board, "plain", "code", 1).interval(board.alpha)
     assert 9.0 < lo < 10.0 < hi < 11.0
 
 

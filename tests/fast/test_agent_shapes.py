@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -16,6 +17,7 @@ from proxy.api.validation import check_messages, check_responses
 from proxy.config import load_settings
 from proxy.routing.aliases import ModelAliases
 from proxy.testing.llama_double import Behaviour, start_double
+from tests.agent_bodies import codex_responses_body
 from tests.inprocess import proxy_in_front
 
 
@@ -62,39 +64,18 @@ def test_claude_codes_body_shapes_are_accepted() -> None:
 
 
 def test_codexs_responses_body_is_accepted() -> None:
-    body = {
-        "model": "gpt-6.2-sol",
-        "instructions": "",
-        "input": [
-            {
-                "type": "message",
-                "role": "developer",
-                "content": [{"type": "input_text", "text": "x"}],
-            },
-            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "y"}]},
-        ],
-        "tools": [
-            {"type": "function", "name": "shell", "parameters": {"type": "object"}},
-            {"type": "namespace", "name": "mcp", "tools": []},
-            {"type": "web_search"},
-        ],
-        "store": False,
-        "include": ["reasoning.encrypted_content"],
-        "reasoning": {"effort": "medium"},
-        "prompt_cache_key": "k",
-        "parallel_tool_calls": False,
-        "stream": True,
-    }
+    body = codex_responses_body()
     assert check_responses(body) is body
 
 
-def _events(raw: bytes) -> list[tuple[str | None, object]]:
-    out: list[tuple[str | None, object]] = []
+def _events(raw: bytes) -> list[tuple[str | None, Any]]:
+    """Each event's name and data: the data as JSON parsed (any shape), or "[DONE]"."""
+    out: list[tuple[str | None, Any]] = []
     for event in raw.split(b"\n\n"):
         if not event.strip():
             continue
         name = None
-        data: object = None
+        data: Any = None
         for line in event.split(b"\n"):
             if line.startswith(b"event: "):
                 name = line[7:].decode()
@@ -119,7 +100,7 @@ def test_an_openai_stream_cut_short_gets_an_error_and_done() -> None:
     end.feed(b'data: {"choices":[{"delta":{"content":"he"}}]}\n\n')
     events = _events(end.flush())
     assert events[-1] == (None, "[DONE]")
-    assert events[0][1]["error"]["code"] == "upstream_error"  # type: ignore[index]
+    assert events[0][1]["error"]["code"] == "upstream_error"
     finished = OpenAIStreamEnd()
     finished.feed(b'data: {"choices":[]}\n\ndata: [DONE]\n\n')
     assert finished.flush() == b""
@@ -137,7 +118,7 @@ def test_a_responses_stream_that_fails_ends_with_response_failed() -> None:
     failed = events[-1][1]
     assert isinstance(failed, dict) and failed["response"]["id"] == "r1"
     assert failed["response"]["error"]["message"] == "boom"
-    assert [d["sequence_number"] for _, d in events] == [0, 1, 2]  # type: ignore[index]
+    assert [d["sequence_number"] for _, d in events] == [0, 1, 2]
 
 
 def test_a_responses_stream_cut_short_ends_with_response_failed() -> None:
@@ -281,17 +262,17 @@ def test_a_long_prompt_keeps_a_messages_stream_alive_with_real_events() -> None:
         "message_delta",
         "message_stop",
     ]
-    indices = [d["index"] for n, d in events if n.startswith("content_block")]  # type: ignore[index]
+    indices = [d["index"] for n, d in events if n.startswith("content_block")]
     assert indices == [0, 0, 0, 1, 1, 1]
-    assert events[4][1]["content_block"]["name"] == "Write"  # type: ignore[index]
+    assert events[4][1]["content_block"]["name"] == "Write"
     # The prompt's token count of the message_start the client did not get.
-    assert events[7][1]["usage"]["input_tokens"] == 18000  # type: ignore[index]
+    assert events[7][1]["usage"]["input_tokens"] == 18000
 
 
 def test_codexs_own_models_tool_items_are_left_out_for_llama_server() -> None:
     from proxy.api.surfaces import shape_responses
 
-    body = {
+    body: dict[str, Any] = {
         "model": "gpt-6.2-sol",
         "input": [
             {"type": "additional_tools", "role": "developer", "tools": [{"type": "namespace"}]},
@@ -312,24 +293,26 @@ async def test_long_prompts_on_a_shared_kv_cache_are_counted_against_it() -> Non
     from proxy.backends.supervisor import SupervisedEngine
     from proxy.config import Settings
 
-    def supervisor(unified: bool) -> SupervisedEngine:
+    def supervisor(unified: bool, session: aiohttp.ClientSession) -> SupervisedEngine:
         cfg = BackendConfig(
             name="b", model="m.gguf", ctx_size=32768, parallel=4, kv_unified=unified
         )
         settings = Settings(backends=[cfg])
         device = Device("cpu", 2)
         device.add("b", 2)
-        sup = SupervisedEngine(LaunchSpec(config=cfg), settings.supervision(), None, device)  # type: ignore[arg-type]
+        sup = SupervisedEngine(LaunchSpec(config=cfg), settings.supervision(), session, device)
         sup.n_ctx = 32768  # what /props says of both
         return sup
 
-    shared, own = supervisor(True), supervisor(False)
-    async with shared.slot(19_000), own.slot(19_000):
-        # A second 19 k-token prompt does not fit beside the first in one 32 k cache...
-        assert shared.context_free == 32768 - 19_000
-        # ...but does where each slot has a cache of its own.
-        assert own.context_free == 32768
-    assert shared.context_free == 32768
+    # The session is never used: nothing here asks the (absent) server anything.
+    async with aiohttp.ClientSession() as session:
+        shared, own = supervisor(True, session), supervisor(False, session)
+        async with shared.slot(19_000), own.slot(19_000):
+            # A second 19 k-token prompt does not fit beside the first in one 32 k cache...
+            assert shared.context_free == 32768 - 19_000
+            # ...but does where each slot has a cache of its own.
+            assert own.context_free == 32768
+        assert shared.context_free == 32768
 
 
 async def test_a_request_that_fits_an_empty_backend_never_waits_for_room(tmp_path: Path) -> None:

@@ -78,12 +78,14 @@ def test_tool_call_fragments_are_joined_per_index() -> None:
     message = chat_types.ChatCompletion.model_validate(a.answer()).choices[0].message
     assert message.content is None and message.tool_calls is not None
     first, second = message.tool_calls
-    assert (first.id, first.function.name, first.function.arguments) == (  # type: ignore[union-attr]
+    assert isinstance(first, chat_types.ChatCompletionMessageFunctionToolCall)
+    assert isinstance(second, chat_types.ChatCompletionMessageFunctionToolCall)
+    assert (first.id, first.function.name, first.function.arguments) == (
         "call_1",
         "get_weather",
         '{"city": "Rome"}',
     )
-    assert second.function.name == "now"  # type: ignore[union-attr]
+    assert second.function.name == "now"
 
 
 def test_logprobs_and_reasoning_are_kept() -> None:

@@ -15,9 +15,11 @@ import openai
 import pytest
 
 from tests.inprocess import FastProxy, fast_proxy
+from tests.messages import anthropic_messages, openai_messages
 
 KEY = "sk-test-4f0c2b"
-HI = [{"role": "user", "content": "hi"}]
+HI = openai_messages("hi")
+CLAUDE_HI = anthropic_messages("hi")
 SURFACES = ("/v1/responses", "/infill", "/completion", "/tokenize", "/apply-template")
 
 
@@ -35,7 +37,7 @@ async def test_requests_without_the_key_get_401(keyed: FastProxy, key: str) -> N
     client = keyed.openai(api_key=key)
     before = len(keyed.doubles["solo"].received)
     with pytest.raises(openai.AuthenticationError) as exc:
-        await client.chat.completions.create(model="solo", messages=HI, max_tokens=2)  # type: ignore[arg-type]
+        await client.chat.completions.create(model="solo", messages=HI, max_tokens=2)
     assert exc.value.code == "invalid_api_key"
     with pytest.raises(openai.AuthenticationError):
         await client.models.list()
@@ -52,7 +54,7 @@ async def test_the_key_works_with_either_of_the_files_keys(keyed: FastProxy) -> 
     for key in (KEY, "sk-other"):
         reply = await keyed.openai(api_key=key).chat.completions.create(
             model="solo",
-            messages=HI,  # type: ignore[arg-type]
+            messages=HI,
             max_tokens=2,
         )
         assert reply.choices
@@ -62,16 +64,16 @@ async def test_the_key_works_with_either_of_the_files_keys(keyed: FastProxy) -> 
 
 async def test_anthropic_clients_send_the_key_as_x_api_key(keyed: FastProxy) -> None:
     good = keyed.anthropic(api_key=KEY)
-    reply = await good.messages.create(model="solo", max_tokens=2, messages=HI)  # type: ignore[arg-type]
+    reply = await good.messages.create(model="solo", max_tokens=2, messages=CLAUDE_HI)
     assert reply.content and reply.usage.output_tokens > 0
-    count = await good.messages.count_tokens(model="solo", messages=HI)  # type: ignore[arg-type]
+    count = await good.messages.count_tokens(model="solo", messages=CLAUDE_HI)
     assert count.input_tokens > 0
     for key in ("sk-wrong", KEY[:-1]):
         with pytest.raises(anthropic.AuthenticationError) as exc:
             await keyed.anthropic(api_key=key).messages.create(
                 model="solo",
                 max_tokens=2,
-                messages=HI,  # type: ignore[arg-type]
+                messages=CLAUDE_HI,
             )
         body = exc.value.body
         assert isinstance(body, dict) and body["type"] == "error"

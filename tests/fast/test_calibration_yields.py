@@ -12,8 +12,9 @@ from structlog.testing import capture_logs
 
 from proxy.testing.llama_double import Behaviour, start_double
 from tests.inprocess import fast_proxy, proxy_in_front
+from tests.messages import openai_messages
 
-HELLO = [{"role": "user", "content": "Say hello."}]
+HELLO = openai_messages("Say hello.")
 # Each stub answer takes 10 x 0.3 s: a calibration request holds the device for 3 s.
 TOKENS, DELAY_S = 10, 0.3
 
@@ -46,7 +47,7 @@ async def test_a_users_request_waits_at_most_for_the_calibration_request_decodin
             start = time.monotonic()
             raw = await proxy.openai().chat.completions.with_raw_response.create(
                 model=other,
-                messages=HELLO,  # type: ignore[arg-type]
+                messages=HELLO,
             )
             ended = time.monotonic()
             # It waited for the calibration request decoding, not for a second one.
@@ -80,7 +81,7 @@ async def test_a_frozen_backend_times_out_and_calibration_goes_on(tmp_path: Path
                 calibration_prompts=1,
                 calibration_max_tokens=8,
                 calibration_echo_tokens=8,
-                request_timeout_s=0.5,
+                request_timeout_s=3.0,
             ) as proxy:
                 await proxy.wait_calibrated(60)
                 board = await (await proxy.http.get("/scoreboard")).json()

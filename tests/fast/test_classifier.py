@@ -46,6 +46,7 @@ from proxy.routing import code_syntax as cs
 from proxy.routing import lexicon as lx
 from proxy.routing import phrases as ph
 from proxy.routing.classifier import TASK_CLASSES, TaskClass, TaskClassifier
+from proxy.testing.classifier_scores import ClassifierScores
 from proxy.workload import WHOLE_FILE_SYSTEM, stdlib_file
 from tests.helpers import ROOT
 
@@ -72,7 +73,9 @@ def labelled() -> tuple[dict[str, Any], ...]:
 def split_rows() -> list[tuple[str, str, str]]:
     lines = SPLIT.read_text(encoding="utf-8").splitlines()
     assert lines[0] == "id\tpart\tlabel"
-    return [tuple(line.split("\t")) for line in lines[1:]]  # type: ignore[misc]
+    rows = [line.split("\t") for line in lines[1:]]
+    assert all(len(row) == 3 for row in rows), "a row without its three columns"
+    return [(item_id, part, label) for item_id, part, label in rows]
 
 
 def part_of(item_id: str) -> str:
@@ -97,26 +100,15 @@ def scores(
     classifier: TaskClassifier, items: tuple[dict[str, Any], ...]
 ) -> tuple[dict[str, tuple[float, float]], str]:
     """Per-class (precision, recall) and a printable confusion matrix with the misses."""
-    confusion: Counter[tuple[str, str]] = Counter()
+    pairs: list[tuple[str, str]] = []
     misses: list[str] = []
     for item in items:
         predicted = classifier.classify(item["body"])
-        confusion[item["label"], predicted] += 1
+        pairs.append((item["label"], predicted))
         if predicted != item["label"]:
             misses.append(f"  {item['label']} -> {predicted}: {item.get('id') or item['note']}")
-    result: dict[str, tuple[float, float]] = {}
-    for cls in CLASSIFIED:
-        hits = confusion[cls, cls]
-        predicted_as = sum(confusion[other, cls] for other in CLASSIFIED)
-        actual = sum(confusion[cls, other] for other in CLASSIFIED)
-        result[cls] = (hits / max(predicted_as, 1), hits / max(actual, 1))
-    header = "label \\ predicted " + " ".join(f"{c:>7}" for c in CLASSIFIED)
-    rows = [
-        f"{label:>17} " + " ".join(f"{confusion[label, c]:>7}" for c in CLASSIFIED)
-        for label in CLASSIFIED
-    ]
-    shown = [f"{c}: precision {p:.3f} recall {r:.3f}" for c, (p, r) in result.items()]
-    return result, "\n".join([*shown, header, *rows, "misclassified:", *misses])
+    scored = ClassifierScores.of(pairs, CLASSIFIED)
+    return scored.precision_recall(), "\n".join([*scored.report(), "misclassified:", *misses])
 
 
 def assert_scores(

@@ -4,7 +4,7 @@ tier)."""
 from __future__ import annotations
 
 import pytest
-from pydantic import Field
+from pydantic.fields import FieldInfo
 
 from proxy.config import Settings
 from proxy.config_reference import UndocumentedSettingError, markdown, updated
@@ -30,7 +30,7 @@ def test_a_setting_without_a_description_stops_the_reference(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     fields = dict(Settings.model_fields)
-    fields["new_knob"] = Field(default=3)  # type: ignore[assignment]
+    fields["new_knob"] = FieldInfo.from_field(3)
     monkeypatch.setattr(Settings, "model_fields", fields)
     with pytest.raises(UndocumentedSettingError, match="new_knob"):
         markdown()

@@ -108,7 +108,10 @@ def test_devices_derive_from_where_backends_run() -> None:
 
 def test_spill_over_says_what_replaced_it() -> None:
     with pytest.raises(ValueError, match="per-backend `device`"):
-        Settings(backends=[BackendConfig(name="a", model="m.gguf")], spill_over=True)
+        # As a config file gives it: spill_over is no field any more, so no keyword of Settings.
+        Settings.model_validate(
+            {"backends": [BackendConfig(name="a", model="m.gguf")], "spill_over": True}
+        )
 
 
 def test_a_requests_mean_load_counts_who_decoded_beside_it_and_for_how_long(
@@ -142,6 +145,6 @@ async def test_a_request_joined_by_others_is_filed_under_the_load_it_ran_at(
         first = asyncio.create_task(ask())
         await asyncio.sleep(0.1)  # it starts alone, then three more join it
         await asyncio.gather(first, *(ask() for _ in range(3)))
-        board = proxy.http.server.app[ROUTER].scoreboard
+        board = proxy.http.app[ROUTER].scoreboard
         levels = {level for (_, _, level), _ in board.items()}
         assert levels == {4}, board.items()

@@ -14,8 +14,9 @@ from aiohttp import web
 
 from proxy.api.relay import BoundedConnector
 from tests.inprocess import fast_proxy
+from tests.messages import openai_messages
 
-HELLO = [{"role": "user", "content": "Say hello."}]
+HELLO = openai_messages("Say hello.")
 
 
 class _Counting(aiohttp.TCPConnector):
@@ -53,7 +54,7 @@ async def _peak_connects(connector: _Counting, requests: int) -> tuple[int, int]
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port = runner.addresses[0][1]
     try:
         async with aiohttp.ClientSession(connector=connector) as session:
 

@@ -13,7 +13,7 @@ from proxy.routing.break_even import break_even_acceptance, speedup
 from proxy.routing.policy import RoutePolicy
 from proxy.routing.ranking import RequestCost, RouteChoice
 from proxy.routing.scoreboard import Outcome, Scoreboard, load_level
-from tests.policy_inputs import Backend, measure, on_device, shared
+from tests.policy_inputs import Backend, chosen, estimate, measure, on_device, shared
 
 
 def test_load_levels() -> None:
@@ -42,8 +42,8 @@ def test_fastest_backend_for_the_task_wins() -> None:
     measure(board, "plain", "echo", 29)
     measure(board, "ngram", "echo", 56)
     policy = RoutePolicy(board, explore_share=0)
-    assert policy.choose("code", [plain, ngram]).backend == "plain"  # type: ignore[union-attr]
-    assert policy.choose("echo", [plain, ngram]).backend == "ngram"  # type: ignore[union-attr]
+    assert chosen(policy, "code", [plain, ngram]).backend == "plain"
+    assert chosen(policy, "echo", [plain, ngram]).backend == "ngram"
 
 
 def test_speculation_has_to_win_by_more_than_the_margin() -> None:
@@ -85,9 +85,9 @@ def test_the_choice_follows_the_load_level() -> None:
         measure(board, "plain", "code", p, level)
         measure(board, "draft", "code", d, level, draft_n=60, accepted=50)
     policy = RoutePolicy(board, explore_share=0)
-    assert policy.choose("code", [plain, draft]).backend == "plain"  # type: ignore[union-attr]
+    assert chosen(policy, "code", [plain, draft]).backend == "plain"
     plain.in_flight = draft.in_flight = 0
-    assert policy.choose("code", [plain, draft]).backend == "draft"  # type: ignore[union-attr]
+    assert chosen(policy, "code", [plain, draft]).backend == "draft"
 
 
 def test_collapsed_acceptance_demotes_a_faster_draft_until_it_recovers() -> None:
@@ -97,16 +97,16 @@ def test_collapsed_acceptance_demotes_a_faster_draft_until_it_recovers() -> None
     for _ in range(5):
         measure(board, "draft", "code", 60, draft_n=60, accepted=48)
     policy = RoutePolicy(board, explore_share=0)
-    assert policy.choose("code", [plain, draft]).backend == "draft"  # type: ignore[union-attr]
+    assert chosen(policy, "code", [plain, draft]).backend == "draft"
     for _ in range(3):  # e.g. temperature 1.0 traffic: acceptance collapses, speed follows
         measure(board, "draft", "code", 25, draft_n=60, accepted=3)
     # Its decayed speed still looks better than plain's: acceptance is the faster signal.
-    assert board.get("draft", "code", 1).tokens_per_s > 30  # type: ignore[union-attr]
+    assert estimate(board, "draft", "code", 1).tokens_per_s > 30
     choice = policy.choose("code", [plain, draft])
     assert choice is not None and (choice.backend, choice.reason) == ("plain", "demoted")
     for _ in range(3):
         measure(board, "draft", "code", 60, draft_n=60, accepted=50)
-    assert policy.choose("code", [plain, draft]).backend == "draft"  # type: ignore[union-attr]
+    assert chosen(policy, "code", [plain, draft]).backend == "draft"
 
 
 def test_exploration_is_bounded_by_its_share() -> None:
@@ -115,7 +115,7 @@ def test_exploration_is_bounded_by_its_share() -> None:
     measure(board, "plain", "prose", 30)
     measure(board, "ngram", "prose", 20)
     policy = RoutePolicy(board, explore_share=0.1, rng=random.Random(7))
-    reasons = [policy.choose("prose", backends).reason for _ in range(2000)]  # type: ignore[union-attr]
+    reasons = [chosen(policy, "prose", backends).reason for _ in range(2000)]
     share = reasons.count("explore") / len(reasons)
     assert 0.08 < share < 0.12
 
@@ -185,9 +185,9 @@ def test_no_exploring_next_to_busy_backends_on_a_shared_device() -> None:
     # One thread each on a 3-core CPU: the draft has room, but its device does not idle.
     partitioned = shared(*backends(), share=1, capacity=3)
     policy = RoutePolicy(board, explore_share=0.5, rng=random.Random(1))
-    assert {policy.choose("prose", partitioned).reason for _ in range(200)} == {"fastest"}  # type: ignore[union-attr]
+    assert {chosen(policy, "prose", partitioned).reason for _ in range(200)} == {"fastest"}
     separate = backends()  # each on a device of its own
-    assert "explore" in {policy.choose("prose", separate).reason for _ in range(200)}  # type: ignore[union-attr]
+    assert "explore" in {chosen(policy, "prose", separate).reason for _ in range(200)}
 
 
 def test_load_level_counts_the_whole_device_and_only_it() -> None:
@@ -248,7 +248,7 @@ def test_under_load_the_backend_measured_fastest_at_that_load_is_waited_for() ->
     tie = Scoreboard()
     measure(tie, "plain", "prose", 16.5, level=4)
     measure(tie, "ngram", "prose", 18, level=4)
-    assert RoutePolicy(tie, explore_share=0).choose("prose", loaded).reason == "join_batch"  # type: ignore[union-attr]
+    assert chosen(RoutePolicy(tie, explore_share=0), "prose", loaded).reason == "join_batch"
 
 
 def test_backends_are_compared_at_a_load_level_both_were_measured_at() -> None:
@@ -337,7 +337,7 @@ def test_scoreboard_decays_toward_new_measurements() -> None:
     est = board.get("b", "code", 1)
     assert est is not None and 50 <= est.tokens_per_s < 52 and est.samples == 21
     board.record(Outcome("b", "code", 1, 999, None, 2, 0, 0))  # too short to count
-    assert board.get("b", "code", 1).samples == 21  # type: ignore[union-attr]
+    assert estimate(board, "b", "code", 1).samples == 21
 
 
 def test_an_answer_weighs_as_much_as_the_time_it_took() -> None:
@@ -349,7 +349,7 @@ def test_an_answer_weighs_as_much_as_the_time_it_took() -> None:
     est = board.get("ngram", "echo", 1)
     assert est is not None and est.tokens_per_s == pytest.approx(440 / (4 + 400 / 30))
     board.record(Outcome("ngram", "echo", 1, 0.0, None, 64, 0, 0))  # no rate: not a sample
-    assert board.get("ngram", "echo", 1).samples == 2  # type: ignore[union-attr]
+    assert estimate(board, "ngram", "echo", 1).samples == 2
 
 
 def test_a_sessions_first_turn_compares_backends_at_a_level_all_were_measured_at() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -59,10 +60,13 @@ def test_a_kept_prompt_is_found_again_after_a_restart(store: PromptStore) -> Non
     ],
 )
 def test_a_damaged_file_is_refused_and_deleted(
-    store: PromptStore, damage: object, why: str, capsys: pytest.CaptureFixture[str]
+    store: PromptStore,
+    damage: Callable[[Path], object],
+    why: str,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     name = save(store, b"k" * 1000, prefix("a", "b"))
-    damage(store.path_of(name))  # type: ignore[operator]
+    damage(store.path_of(name))
     again = reopened(store)
     assert again.entries() == []
     assert not list(store.root.glob(f"{name}*"))

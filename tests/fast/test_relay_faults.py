@@ -15,8 +15,9 @@ import pytest
 from proxy.api.relay import UpstreamSessions, connection_reuse_trace
 from tests.helpers import accepting_nothing
 from tests.inprocess import fast_proxy
+from tests.messages import openai_messages
 
-HELLO = [{"role": "user", "content": "Say hello."}]
+HELLO = openai_messages("Say hello.")
 
 
 async def sse_events(proxy_url: str, body: dict[str, object]) -> tuple[int, list[str]]:
@@ -37,7 +38,7 @@ async def test_a_stream_passes_through_with_its_timings(tmp_path: Path) -> None:
             model="plain",
             messages=HELLO,
             max_tokens=5,
-            stream=True,  # type: ignore[arg-type]
+            stream=True,
         )
         chunks = [c async for c in stream]
         text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -56,10 +57,11 @@ async def test_no_first_token_is_a_504_and_a_stall_an_sse_error(tmp_path: Path) 
         with pytest.raises(openai.APIStatusError) as err:
             await proxy.openai().chat.completions.create(
                 model="plain",
-                messages=HELLO,  # type: ignore[arg-type]
+                messages=HELLO,
             )
         assert err.value.status_code == 504
-        assert err.value.body["code"] == "upstream_timeout"  # type: ignore[index]
+        body = err.value.body
+        assert isinstance(body, dict) and body["code"] == "upstream_timeout"
         double.behaviour.first_token_delay_s = 0
         double.behaviour.stall_after = 2
         status, events = await sse_events(
@@ -111,7 +113,7 @@ async def test_an_upstream_5xx_reaches_the_client_in_openai_format(tmp_path: Pat
         with pytest.raises(openai.InternalServerError) as err:
             await proxy.openai().chat.completions.create(
                 model="plain",
-                messages=HELLO,  # type: ignore[arg-type]
+                messages=HELLO,
             )
         assert err.value.status_code == 500
 
@@ -131,7 +133,7 @@ async def test_pinned_requests_for_backends_on_one_device_take_turns(tmp_path: P
             raw = await client.chat.completions.with_raw_response.create(
                 model=model,
                 messages=HELLO,
-                stream=False,  # type: ignore[arg-type]
+                stream=False,
             )
             return raw.headers["X-Specproxy-Device-Wait"]
 
@@ -154,7 +156,7 @@ async def test_a_whole_answer_is_assembled_from_a_stream_and_a_leaving_client_st
         answer = await proxy.openai().chat.completions.create(
             model="plain",
             messages=HELLO,
-            max_tokens=3,  # type: ignore[arg-type]
+            max_tokens=3,
         )
         assert answer.choices[0].message.content == "w0 w1 w2 "
         assert answer.usage is not None and answer.usage.completion_tokens == 3
@@ -163,7 +165,7 @@ async def test_a_whole_answer_is_assembled_from_a_stream_and_a_leaving_client_st
         with pytest.raises(openai.APITimeoutError):
             await proxy.openai(timeout=0.3).chat.completions.create(
                 model="plain",
-                messages=HELLO,  # type: ignore[arg-type]
+                messages=HELLO,
             )
         await asyncio.sleep(0.5)
         assert double.processing == 0, "llama-server kept generating for a client that left"

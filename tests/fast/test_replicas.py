@@ -16,9 +16,10 @@ from proxy.routing.scoreboard import Outcome
 from proxy.testing.llama_double import Behaviour, start_double
 from tests.helpers import accepting_nothing, eventually, free_port
 from tests.inprocess import FastProxy, proxy_in_front
+from tests.messages import openai_messages
 
-HELLO = [{"role": "user", "content": "Say hello."}]
-FAST = {"health_interval_s": 0.1, "load_interval_s": 0.05}
+HELLO = openai_messages("Say hello.")
+FAST: dict[str, Any] = {"health_interval_s": 0.1, "load_interval_s": 0.05}  # Settings fields
 
 
 class StaticResolver:
@@ -53,7 +54,7 @@ async def ask(proxy: FastProxy, model: str = "plain", **extra: Any) -> dict[str,
 
 def measure(proxy: FastProxy, backend: str, tokens_per_s: float) -> None:
     """Seed the proxy's scoreboard as if `backend` had been measured alone on prose."""
-    board = proxy.http.server.app[ROUTER].scoreboard
+    board = proxy.http.app[ROUTER].scoreboard
     for _ in range(3):
         board.record(Outcome(backend, "prose", 1, tokens_per_s, 0.1, 64, 0, 0))
 
@@ -164,7 +165,7 @@ async def test_a_replica_that_dies_is_taken_out_and_the_backend_serves_on(
             await dead.listen(port=port)  # back on the same address: its health check passes
 
             async def back() -> bool:
-                return (await health(proxy))["status"] == "ok"
+                return bool((await health(proxy))["status"] == "ok")
 
             await eventually(back)
             before = len(dead.received)
@@ -335,7 +336,7 @@ async def test_two_proxies_in_front_of_the_same_servers_route_as_one(tmp_path: P
 async def test_a_replicated_backend_on_a_named_device_shares_it(tmp_path: Path) -> None:
     doubles = [await start_double(Behaviour(token_delay_s=0.01)) for _ in range(2)]
     other = await start_double(Behaviour(token_delay_s=0.01))
-    backends = [
+    backends: list[dict[str, Any]] = [
         {"name": "r", "urls": [d.url for d in doubles], "device": "box"},
         {"name": "o", "url": other.url, "device": "box"},
     ]
@@ -350,7 +351,7 @@ async def test_a_replicated_backend_on_a_named_device_shares_it(tmp_path: Path) 
             ]
             # `device` still applies: r (either replica) and o take turns on "box" ...
             assert not overlap
-            pool = proxy.http.server.app[POOL]
+            pool = proxy.http.app[POOL]
             assert set(pool.devices) == {"box"}
     finally:
         for d in [*doubles, other]:
@@ -386,7 +387,11 @@ async def test_a_retry_never_returns_to_a_replica_that_accepted_no_connection(
     a = await start_double()
     b = await start_double(Behaviour(others=1))
     backend = {"name": "plain", "urls": [a.url, b.url]}
-    slow_health = {"health_interval_s": 60.0, "load_interval_s": 0.05, "connect_timeout_s": 0.3}
+    slow_health: dict[str, Any] = {
+        "health_interval_s": 60.0,
+        "load_interval_s": 0.05,
+        "connect_timeout_s": 0.3,
+    }
     try:
         async with proxy_in_front(tmp_path, [backend], {"a": a, "b": b}, **slow_health) as proxy:
 

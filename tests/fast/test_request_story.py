@@ -7,6 +7,7 @@ import asyncio
 import json
 import re
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,9 @@ from proxy.api.state import RECENT
 from proxy.exchange import Exchange
 from proxy.measurement import Measurement
 from tests.inprocess import FastProxy, fast_proxy
+from tests.messages import openai_messages
 
-HELLO = [{"role": "user", "content": "Say hello."}]
+HELLO = openai_messages("Say hello.")
 
 
 def _requests_counted(metrics: str, backend: str, status: int) -> float:
@@ -32,10 +34,11 @@ def _requests_counted(metrics: str, backend: str, status: int) -> float:
     return total
 
 
-async def _story(proxy: FastProxy, request_id: str, logs: list[dict[str, Any]]) -> set[int]:
+async def _story(proxy: FastProxy, request_id: str, logs: Sequence[Mapping[str, Any]]) -> set[int]:
     """The statuses the log line, the metrics and the status page's ring give the request."""
     (line,) = [e for e in logs if e.get("event") == "request" and e["request_id"] == request_id]
-    recent = next(iter(proxy.http.app[RECENT]))
+    ring = proxy.http.app[RECENT]
+    recent = next(iter(ring))
     metrics = await (await proxy.http.get("/metrics")).text()
     counted = {s for s in (200, 499, 502) if _requests_counted(metrics, line["backend"], s)}
     assert len(counted) == 1, f"metrics count the request under {counted}"
@@ -64,7 +67,7 @@ async def _leave_after(proxy: FastProxy, request_id: str, marker: bytes) -> None
     writer.transport.abort()
 
 
-async def _logged(logs: list[dict[str, Any]], request_id: str) -> None:
+async def _logged(logs: Sequence[Mapping[str, Any]], request_id: str) -> None:
     for _ in range(100):
         if any(e.get("request_id") == request_id for e in logs):
             return
@@ -118,7 +121,7 @@ async def test_a_malformed_event_ends_the_request_with_an_error_and_the_backend_
         assert health["backends"]["plain"]["state"] == "ready"
         # And the next request is served by it.
         proxy.doubles["plain"].behaviour.malformed_after = None
-        answer = await proxy.openai().chat.completions.create(model="plain", messages=HELLO)  # type: ignore[arg-type]
+        answer = await proxy.openai().chat.completions.create(model="plain", messages=HELLO)
         assert answer.choices[0].message.content
 
 

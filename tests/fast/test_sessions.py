@@ -15,8 +15,8 @@ from typing import Any, ClassVar
 import pytest
 import requests
 
-from loadtests.report import BARE as SWEEP_BARE
 from loadtests.report import (
+    BARE,
     Cell,
     SweepSetup,
     agent_lines,
@@ -41,7 +41,6 @@ from loadtests.sessions import (
 )
 from proxy.api.validation import check_chat
 from scripts.session_benchmark import (
-    BARE,
     agreement,
     bootstrap_interval,
     markdown,
@@ -577,11 +576,11 @@ def test_agent_cells_report_later_turns_cached_and_time_against_bare_llama_serve
     kept = [_turn("a", 0, 0.0, 4.0, cache_n=0), _turn("a", 1, 4.0, 6.0, prompt_n=20, cache_n=180)]
     first_turn_cached = [_turn("a", 0, 0.0, 4.0, prompt_n=100, cache_n=100), kept[1]]
     agents = {
-        SWEEP_BARE: agent_summary(bare, turns=2),
+        BARE: agent_summary(bare, turns=2),
         "plain": agent_summary(kept, turns=2),
         "auto": agent_summary(first_turn_cached, turns=2),
     }
-    assert agents[SWEEP_BARE].later_cached_share == 0.1
+    assert agents[BARE].later_cached_share == 0.1
     assert agents["plain"].later_cached_share == 0.9
     # The first turn's prompt does not count: its cache holds other sessions' instructions.
     assert agents["auto"].later_cached_share == 0.9 and agents["auto"].cached_share == 0.7
@@ -591,13 +590,13 @@ def test_agent_cells_report_later_turns_cached_and_time_against_bare_llama_serve
     write_csv(tmp_path / "results.csv", cells)
     with (tmp_path / "results.csv").open() as f:
         rows = {(r["task"], r["backend"]): r for r in csv.DictReader(f)}
-    assert rows[("agent-mixed", SWEEP_BARE)]["session_vs_bare"] == "1.00"
+    assert rows[("agent-mixed", BARE)]["session_vs_bare"] == "1.00"
     assert rows[("agent-mixed", "plain")]["session_vs_bare"] == "0.75"
     assert rows[("agent-mixed", "plain")]["later_cached_share"] == "0.900"
     assert rows[("code", "plain")]["session_vs_bare"] == ""
 
-    lines = agent_lines(cells, "agent-mixed", [SWEEP_BARE, "plain", "auto"], "plain")
-    assert f"| {SWEEP_BARE} | 8 s, TTFT - s, 10% |" in lines
+    lines = agent_lines(cells, "agent-mixed", [BARE, "plain", "auto"], "plain")
+    assert f"| {BARE} | 8 s, TTFT - s, 10% |" in lines
     assert "| plain | 6 s, TTFT - s, 90% |" in lines
     assert "- plain: session time ×0.75 at 1 of llama-server's" in lines
     setup = SweepSetup("http://proxy", {"plain": "plain"}, "plain", 0.05, "")
@@ -606,5 +605,5 @@ def test_agent_cells_report_later_turns_cached_and_time_against_bare_llama_serve
     code = report[report.index("## code") :]
     assert "backends llama-server (bare), plain (plain)." in report
     # llama-server is the agents' baseline, not a speculative backend nor one auto could choose.
-    assert "No speculative backend measured besides plain" in report and SWEEP_BARE not in code
+    assert "No speculative backend measured besides plain" in report and BARE not in code
     assert "- auto at 1: chose nothing; 100% of the best pinned backend (plain," in report

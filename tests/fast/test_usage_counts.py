@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 from proxy.tokens import StreamTally, counts_from_usage
 
 
-def event(name: str, data: dict[str, object]) -> bytes:
+def event(name: str, data: Mapping[str, object]) -> bytes:
     return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
 
 

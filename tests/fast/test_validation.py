@@ -18,8 +18,9 @@ import openai
 import pytest
 
 from tests.inprocess import FastProxy, fast_proxy
+from tests.messages import anthropic_messages, openai_messages
 
-HELLO = [{"role": "user", "content": "Say hello in five words."}]
+HELLO = openai_messages("Say hello in five words.")
 # The test config's backends and aliases (tests/configs/test.yaml).
 BACKENDS: dict[str, dict[str, Any]] = {"plain": {}, "draft": {}, "ngram": {"kind": "ngram"}}
 ALIASES = {"gpt-4o-mini": "plain", "claude-*": "auto", "qwen2.5-coder:*": "auto-code"}
@@ -80,7 +81,7 @@ async def test_bad_requests_are_400_in_openai_format(
 
 async def test_n_greater_than_one_is_refused(stubbed: FastProxy) -> None:
     with pytest.raises(openai.BadRequestError) as exc:
-        await stubbed.openai().chat.completions.create(model="plain", messages=HELLO, n=2)  # type: ignore[arg-type]
+        await stubbed.openai().chat.completions.create(model="plain", messages=HELLO, n=2)
     assert exc.value.code == "unsupported"
 
 
@@ -96,7 +97,7 @@ async def test_unknown_model_is_404_in_openai_format_listing_the_ids(
     stubbed: FastProxy, model: str
 ) -> None:
     with pytest.raises(openai.NotFoundError) as exc:
-        await stubbed.openai().chat.completions.create(model=model, messages=HELLO, max_tokens=4)  # type: ignore[arg-type]
+        await stubbed.openai().chat.completions.create(model=model, messages=HELLO, max_tokens=4)
     assert exc.value.code == "model_not_found"
     assert "auto" in exc.value.message and "plain" in exc.value.message
 
@@ -137,14 +138,17 @@ async def test_restarting_an_unknown_backend_is_404_naming_the_backends(
 async def test_messages_errors_are_in_anthropics_shape(stubbed: FastProxy) -> None:
     claude = stubbed.anthropic()
     with pytest.raises(anthropic.NotFoundError) as missing:
-        await claude.messages.create(model="gpt-9", max_tokens=8, messages=HELLO)  # type: ignore[arg-type]
+        await claude.messages.create(
+            model="gpt-9", max_tokens=8, messages=anthropic_messages("Say hello in five words.")
+        )
     body = missing.value.body
     assert isinstance(body, dict) and body["type"] == "error"
     assert body["error"]["type"] == "not_found_error"
     assert "model_aliases" in body["error"]["message"]
     with pytest.raises(anthropic.BadRequestError) as bad:
         await claude.messages.create(model="claude-x", max_tokens=8, messages=[])
-    assert bad.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+    body = bad.value.body
+    assert isinstance(body, dict) and body["error"]["type"] == "invalid_request_error"
     for path in ("/v1/messages", "/v1/messages/count_tokens"):
         status, error = await post(stubbed, path, b'{"messages": [')
         assert status == 400 and error["type"] == "error", error
@@ -247,11 +251,12 @@ async def test_a_clients_speculation_on_auto_is_an_anthropic_error_on_messages(
             messages=[{"role": "user", "content": "hi"}],
             extra_body={"speculative.n_max": 0},
         )
-    assert exc.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+    body = exc.value.body
+    assert isinstance(body, dict) and body["error"]["type"] == "invalid_request_error"
     assert "speculative.n_max" in exc.value.message
 
 
 async def test_no_speculation_field_travels_unless_a_client_set_one(stubbed: FastProxy) -> None:
-    await stubbed.openai().chat.completions.create(model="plain", messages=HELLO, max_tokens=4)  # type: ignore[arg-type]
+    await stubbed.openai().chat.completions.create(model="plain", messages=HELLO, max_tokens=4)
     received = stubbed.doubles["plain"].received[-1]
     assert not [k for k in received if k.startswith("speculative.")]

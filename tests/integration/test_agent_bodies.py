@@ -11,10 +11,12 @@ from typing import Any
 import anthropic
 import openai
 import requests
+from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageParam
 
+from tests.agent_bodies import codex_responses_body
 from tests.subprocess_proxy import RunningProxy
 
-TOOL = {
+TOOL: ChatCompletionFunctionToolParam = {
     "type": "function",
     "function": {
         "name": "read_file",
@@ -46,7 +48,7 @@ def test_claude_codes_messages_shapes_stream_to_message_stop(proxy: RunningProxy
             ],
             messages=[
                 {"role": "user", "content": [{"type": "text", "text": "Say hi."}]},
-                {"role": "system", "content": "Answer in one word."},  # type: ignore[misc,list-item]
+                {"role": "system", "content": "Answer in one word."},
                 {"role": "user", "content": "Now."},
             ],
             extra_body={
@@ -63,30 +65,8 @@ def test_claude_codes_messages_shapes_stream_to_message_stop(proxy: RunningProxy
 
 
 def test_codexs_responses_shapes_complete(proxy: RunningProxy) -> None:
-    body = {
-        "model": "auto",
-        "instructions": "",
-        "input": [
-            {
-                "type": "message",
-                "role": "developer",
-                "content": [{"type": "input_text", "text": "You are a coding agent."}],
-            },
-            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
-        ],
-        "tools": [
-            {"type": "function", "name": "shell", "parameters": {"type": "object"}},
-            {"type": "namespace", "name": "mcp", "tools": []},
-            {"type": "web_search"},
-        ],
-        "store": False,
-        "include": ["reasoning.encrypted_content"],
-        "reasoning": {"effort": "medium"},
-        "prompt_cache_key": "session-1",
-        "parallel_tool_calls": False,
-        "max_output_tokens": 16,
-        "stream": True,
-    }
+    # The test config has no alias for Codex's model name: asked for by `auto`.
+    body = {**codex_responses_body(), "model": "auto", "max_output_tokens": 16}
     resp = _post(proxy, "/v1/responses", body)
     assert resp.status_code == 200, resp.text
     kinds = [
@@ -98,7 +78,7 @@ def test_codexs_responses_shapes_complete(proxy: RunningProxy) -> None:
 def test_qwen_codes_part_arrays_and_opencodes_trailing_assistant(
     client: openai.OpenAI,
 ) -> None:
-    messages: list[Any] = [
+    messages: list[ChatCompletionMessageParam] = [
         {"role": "system", "content": "You are terse."},
         {"role": "user", "content": [{"type": "text", "text": "Read a.txt"}]},
         {
@@ -119,7 +99,7 @@ def test_qwen_codes_part_arrays_and_opencodes_trailing_assistant(
     answer = client.chat.completions.create(
         model="auto",
         messages=messages,
-        tools=[TOOL],  # type: ignore[list-item]
+        tools=[TOOL],
         tool_choice="auto",
         max_tokens=16,
     )
@@ -128,7 +108,7 @@ def test_qwen_codes_part_arrays_and_opencodes_trailing_assistant(
     stream = client.chat.completions.create(
         model="auto",
         messages=[*messages, {"role": "assistant", "content": "It said"}],
-        tools=[TOOL],  # type: ignore[list-item]
+        tools=[TOOL],
         max_tokens=8,
         stream=True,
         stream_options={"include_usage": True},

@@ -50,7 +50,7 @@ def agent_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPro
 def busy_slots(url: str) -> int:
     """Slots a llama-server is processing now."""
     slots = get_json(f"{url}/slots")[1]
-    return sum(1 for s in slots if isinstance(s, dict) and s.get("is_processing"))  # type: ignore[union-attr]
+    return sum(1 for s in slots if isinstance(s, dict) and s.get("is_processing"))
 
 
 def requests_since(proxy: RunningProxy, offset: int) -> list[dict[str, object]]:
@@ -126,7 +126,7 @@ def test_claude_code(agent_proxy: RunningProxy, tmp_path: Path) -> None:
         block
         for line in lines
         if line.get("type") == "assistant"
-        for block in line["message"]["content"]  # type: ignore[index]
+        for block in line["message"]["content"]
         if isinstance(block, dict) and block.get("type") == "tool_use"
     ]
     assert_wrote_greet_if_it_tried(run, any(t.get("name") == "Write" for t in tool_uses))

@@ -11,9 +11,10 @@ import openai
 import pytest
 
 from tests.helpers import get_json
+from tests.messages import openai_messages
 from tests.subprocess_proxy import RunningProxy
 
-HELLO = [{"role": "user", "content": "Say hello in five words."}]
+HELLO = openai_messages("Say hello in five words.")
 
 
 def test_chat_completion_names_the_backend_and_keeps_timings(client: openai.OpenAI) -> None:
@@ -153,7 +154,7 @@ def test_requests_reuse_the_connection_to_their_backend(
     """specproxy's build keeps connections after streamed answers, and the relay pools them."""
     import psutil
 
-    backend = proxy.health()["backends"]["plain"]  # type: ignore[index]
+    backend = proxy.health()["backends"]["plain"]
     port = int(str(backend["url"]).rsplit(":", 1)[1])
     owner = psutil.Process(proxy.process.pid)
 
@@ -180,7 +181,7 @@ def test_requests_reuse_the_connection_to_their_backend(
 
 
 def test_a_pinned_backend_honours_the_clients_draft_length(client: openai.OpenAI) -> None:
-    question = [{"role": "user", "content": "List the first ten prime numbers."}]
+    question = openai_messages("List the first ten prime numbers.")
 
     def answer(model: str, **extra: object) -> tuple[str, dict[str, int]]:
         resp = client.chat.completions.create(

@@ -33,8 +33,8 @@ def test_samples_from_a_busy_machine_do_not_decide_once_it_is_quiet(
     with running_proxy(
         THREADS_CONFIG, log, SPECPROXY_EXPLORE_SHARE="0", SPECPROXY_CALIBRATION_REQUESTS="0"
     ) as proxy:
-        ask = {"messages": [{"role": "user", "content": "Write a short poem about the sea."}]}
-        ask["max_tokens"] = 48  # type: ignore[assignment]
+        poem = [{"role": "user", "content": "Write a short poem about the sea."}]
+        ask = {"messages": poem, "max_tokens": 48}
 
         def send(model: str) -> requests.Response:
             resp = requests.post(
@@ -57,7 +57,7 @@ def test_samples_from_a_busy_machine_do_not_decide_once_it_is_quiet(
         time.sleep(1.5)
         for _ in range(3):
             send("one")
-        board = {r["backend"]: r for r in get_json(f"{proxy.url}/scoreboard")[1]["estimates"]}  # type: ignore[union-attr]
+        board = {r["backend"]: r for r in get_json(f"{proxy.url}/scoreboard")[1]["estimates"]}
         assert board["two"]["contended"] and not board["one"]["contended"], board
         assert board["two"]["tokens_per_s"] < board["one"]["tokens_per_s"], board
         routes = [
@@ -68,6 +68,6 @@ def test_samples_from_a_busy_machine_do_not_decide_once_it_is_quiet(
         assert routes[0] == ("two", "recheck"), routes
         assert [b for b, _ in routes[1:]] == ["two"] * 3, routes
         # And it was right to: measured side by side on the quiet machine, two threads win.
-        quiet = {r["backend"]: r for r in get_json(f"{proxy.url}/scoreboard")[1]["estimates"]}  # type: ignore[union-attr]
+        quiet = {r["backend"]: r for r in get_json(f"{proxy.url}/scoreboard")[1]["estimates"]}
         assert not quiet["two"]["contended"]
         assert quiet["two"]["tokens_per_s"] > quiet["one"]["tokens_per_s"], quiet

@@ -12,14 +12,17 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import openai
 import pytest
 
 from tests.helpers import get_json
 from tests.subprocess_proxy import RunningProxy, running_proxy, wait_calibrated
+
+T = TypeVar("T")
 
 CONFIG = """
 calibration_max_tokens: 16
@@ -56,7 +59,7 @@ class SlotWatcher:
             status, slots = get_json(f"{self.urls[name]}/slots", timeout=5)
         except OSError:
             return False
-        return status == 200 and any(s["is_processing"] for s in slots)  # type: ignore[union-attr]
+        return status == 200 and any(s["is_processing"] for s in slots)
 
     def _run(self) -> None:
         names = list(self.urls)
@@ -113,7 +116,7 @@ def ask(client: openai.OpenAI, model: str, task: str) -> tuple[str, float, str, 
         max_tokens=TOKENS,
         temperature=0,
     )
-    timings: dict[str, Any] = raw.parse().model_extra["timings"]  # type: ignore[index]
+    timings: dict[str, Any] = (raw.parse().model_extra or {})["timings"]
     return (
         raw.headers["X-Specproxy-Backend"],
         float(timings["predicted_per_second"]),
@@ -122,11 +125,11 @@ def ask(client: openai.OpenAI, model: str, task: str) -> tuple[str, float, str, 
     )
 
 
-def at_once(calls: list[Callable[[], Any]]) -> list[Any]:
+def at_once(calls: list[Callable[[], T]]) -> list[T]:
     """Run the calls at the same moment (a barrier releases them together)."""
     barrier = threading.Barrier(len(calls))
 
-    def go(call: Callable[[], Any]) -> Any:
+    def go(call: Callable[[], T]) -> T:
         barrier.wait()
         return call()
 
@@ -141,7 +144,7 @@ def test_calibration_under_load_and_pinned_pairs_take_turns(
     with SlotWatcher(backend_urls(shared_cpu)) as watcher:
         # Traffic while start-up calibration is still measuring every backend.
         pinned_while_calibrating = at_once(
-            [lambda b=b: ask(client, b, "code") for b in ("plain", "ngram", "draft")]
+            [partial(ask, client, b, "code") for b in ("plain", "ngram", "draft")]
         )
         wait_calibrated(shared_cpu.url, 300)
         rounds = []
@@ -164,7 +167,7 @@ def test_calibration_under_load_and_pinned_pairs_take_turns(
     assert all(w > 0 for w in waits), waits
     assert len({r[0] for r in pinned_while_calibrating}) == 3
     devices = shared_cpu.health()["devices"]
-    assert devices["cpu"]["waits"] >= 4 and devices["cpu"]["busy_s"] > 0  # type: ignore[index]
+    assert devices["cpu"]["waits"] >= 4 and devices["cpu"]["busy_s"] > 0
 
 
 def test_auto_requests_arriving_together_never_split_the_device(
@@ -174,7 +177,7 @@ def test_auto_requests_arriving_together_never_split_the_device(
     wait_calibrated(shared_cpu.url, 300)
     with SlotWatcher(backend_urls(shared_cpu)) as watcher:
         rounds = [
-            at_once([lambda t=t: ask(client, "auto", t) for t in ("code", "echo", "prose", "code")])
+            at_once([partial(ask, client, "auto", t) for t in ("code", "echo", "prose", "code")])
             for _ in range(4)
         ]
     assert watcher.busy_samples > 10
@@ -222,7 +225,7 @@ def test_exploration_under_load_waits_for_an_idle_device(
         client = client_for(proxy)
         with SlotWatcher(backend_urls(proxy)) as watcher:
             rounds = [
-                at_once([lambda t=t: ask(client, "auto", t) for t in ("code", "echo", "prose")])
+                at_once([partial(ask, client, "auto", t) for t in ("code", "echo", "prose")])
                 # One probe chance a round (the first request finds the device idle), taken at
                 # least a quarter of the time: 16 rounds miss it 1 time in 100 at worst, 1 in
                 # 65,000 where the twins' intervals overlap, as they should.

@@ -8,7 +8,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import aiohttp
@@ -63,13 +63,16 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
         yield Servers(engine.url, plain.url)
 
 
-def ask(url: str, prompt: str, max_tokens: int = 64, **fields: object) -> tuple[str, Timings]:
-    """One chat request at temperature 0: the answer and llama-server's timings of it."""
+def ask(
+    url: str, prompt: str, fields: Mapping[str, object] | None = None, max_tokens: int = 64
+) -> tuple[str, Timings]:
+    """One chat request at temperature 0, with the request `fields` llama-server reads (names
+    such as `speculative.n_max`, no Python keywords): the answer and llama-server's timings."""
     body = {
         "messages": [{"role": "user", "content": prompt}],
         "max_tokens": max_tokens,
         "temperature": 0,
-        **fields,
+        **(fields or {}),
     }
     resp = requests.post(f"{url}/v1/chat/completions", json=body, timeout=300)
     assert resp.status_code == 200, resp.text
@@ -79,7 +82,7 @@ def ask(url: str, prompt: str, max_tokens: int = 64, **fields: object) -> tuple[
 
 def test_draft_length_zero_answers_as_a_process_without_speculation(servers: Servers) -> None:
     for prompt in QUESTIONS:
-        off, timings = ask(servers.engine, prompt, **{"speculative.n_max": 0})
+        off, timings = ask(servers.engine, prompt, {"speculative.n_max": 0})
         plain, _ = ask(servers.plain, prompt)
         assert timings.draft_n == 0
         assert off == plain
@@ -87,7 +90,7 @@ def test_draft_length_zero_answers_as_a_process_without_speculation(servers: Ser
 
 def test_drafts_stop_and_resume_per_request(servers: Servers) -> None:
     drafted = [
-        ask(servers.engine, ECHO, **fields)[1].draft_n
+        ask(servers.engine, ECHO, fields)[1].draft_n
         for fields in ({}, {"speculative.n_max": 0}, {}, {"speculative.n_max": 0}, {})
     ]
     assert drafted[0] > 0 and drafted[2] > 0 and drafted[4] > 0, drafted
@@ -101,25 +104,25 @@ def test_a_request_drafts_only_with_the_speculators_it_names(servers: Servers) -
     ngram_only = ask(
         servers.engine,
         "Name three rivers of South America and one fact about each.",
-        **{"speculative.types": ["ngram-mod"]},
+        {"speculative.types": ["ngram-mod"]},
     )[1]
     model_only = ask(
         servers.engine,
         "Name three mountains of Europe and one fact about each.",
-        **{"speculative.types": "draft-simple"},
+        {"speculative.types": "draft-simple"},
     )[1]
     assert ngram_only.predicted_n > 24 and ngram_only.draft_n == 0
     assert model_only.draft_n > 0
     # On a whole file to repeat, n-gram lookup alone drafts.
-    assert ask(servers.engine, ECHO, **{"speculative.types": ["ngram-mod"]})[1].draft_n > 0
+    assert ask(servers.engine, ECHO, {"speculative.types": ["ngram-mod"]})[1].draft_n > 0
 
 
 def test_a_request_may_lower_its_draft_length(servers: Servers) -> None:
-    eight = ask(servers.engine, ECHO, **{"speculative.types": ["draft-simple"]})[1]
+    eight = ask(servers.engine, ECHO, {"speculative.types": ["draft-simple"]})[1]
     two = ask(
         servers.engine,
         ECHO,
-        **{"speculative.types": ["draft-simple"], "speculative.n_max": 2},
+        {"speculative.types": ["draft-simple"], "speculative.n_max": 2},
     )[1]
     # Drafts per step at most 2 against up to 8: over one answer, fewer tokens drafted.
     assert 0 < two.draft_n < eight.draft_n
@@ -127,7 +130,7 @@ def test_a_request_may_lower_its_draft_length(servers: Servers) -> None:
 
 
 def test_requests_with_different_settings_decode_in_one_batch(servers: Servers) -> None:
-    solo_off, _ = ask(servers.engine, ECHO, 96, **{"speculative.n_max": 0})
+    solo_off, _ = ask(servers.engine, ECHO, max_tokens=96, fields={"speculative.n_max": 0})
     arrivals: dict[str, list[float]] = {"off": [], "on": []}
     answers: dict[str, str] = {}
 
@@ -183,7 +186,7 @@ def test_acceptance_counters_add_up_across_settings(servers: Servers) -> None:
         {"speculative.types": ["ngram-mod"]},
         {"speculative.types": ["draft-simple"], "speculative.n_max": 3},
     ]
-    timings = [ask(servers.engine, ECHO, **fields)[1] for fields in settings]
+    timings = [ask(servers.engine, ECHO, fields)[1] for fields in settings]
     after = counters()
     assert after[0] - before[0] == sum(t.draft_n for t in timings)
     assert after[1] - before[1] == sum(t.draft_n_accepted for t in timings)

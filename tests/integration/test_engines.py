@@ -4,6 +4,7 @@ request, and a conversation that changes strategy between turns finds its prompt
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import requests
@@ -27,12 +28,15 @@ def engine_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPr
         yield running
 
 
-def chat(proxy: RunningProxy, model: str, messages: list[dict[str, str]], n: int = 48) -> dict:  # type: ignore[type-arg]
+def chat(
+    proxy: RunningProxy, model: str, messages: list[dict[str, str]], n: int = 48
+) -> dict[str, Any]:
     body = {"model": model, "messages": messages, "max_tokens": n, "temperature": 0}
     resp = requests.post(f"{proxy.url}/v1/chat/completions", json=body, timeout=300)
     assert resp.status_code == 200, resp.text
     assert resp.headers["X-Specproxy-Backend"] == model
-    return resp.json()  # type: ignore[no-any-return]
+    answer: dict[str, Any] = resp.json()
+    return answer
 
 
 def test_one_process_serves_every_strategy(engine_proxy: RunningProxy) -> None:

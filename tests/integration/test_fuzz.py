@@ -44,7 +44,7 @@ def test_after_fuzzing_llama_server_the_proxy_is_up_and_no_slot_is_busy(
 ) -> None:
     status, health = get_json(f"{proxy.url}/health")
     assert status == 200 and health["status"] == "ok"
-    for backend in health["backends"].values():  # type: ignore[union-attr]
+    for backend in health["backends"].values():
         assert backend["in_flight"] == 0
         _, slots = get_json(f"{backend['url']}/slots")
-        assert not any(s["is_processing"] for s in slots)  # type: ignore[union-attr]
+        assert not any(s["is_processing"] for s in slots)

@@ -51,9 +51,9 @@ def test_sweep_smoke_run_writes_csv_markdown_and_plot(proxy: RunningProxy, tmp_p
     assert "## code" in report and "| plain |" in report and "- auto at 2: chose " in report
     assert (out / "tokens_per_s.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     stats = json.loads((out / "cells" / "code-plain-c1_stats.json").read_text())
-    rows = {(r["method"], r["name"]): r["num_requests"] for r in stats}
-    assert rows[("POST", "chat:code")] == 2
-    assert rows[("METRIC", "tps:code:plain")] == rows[("METRIC", "ttft:code:plain")] == 2
+    counted = {(r["method"], r["name"]): r["num_requests"] for r in stats}
+    assert counted[("POST", "chat:code")] == 2
+    assert counted[("METRIC", "tps:code:plain")] == counted[("METRIC", "ttft:code:plain")] == 2
 
 
 def test_locustfile_without_streaming_configured_by_environment(

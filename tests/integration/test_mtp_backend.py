@@ -11,9 +11,10 @@ import pytest
 
 from proxy.llamacpp import metric_value
 from tests.helpers import ROOT, get_json
+from tests.messages import openai_messages
 from tests.subprocess_proxy import RunningProxy, openai_client, running_proxy
 
-PROMPT = [{"role": "user", "content": "Tell me a long story."}]
+PROMPT = openai_messages("Tell me a long story.")
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +72,7 @@ def _metric(text: str, name: str, backend: str) -> float:
 def test_mtp_drafts_reach_the_scoreboard_and_metrics(mtp_proxy: RunningProxy) -> None:
     _timings(mtp_proxy, "mtp")
     rows = get_json(f"{mtp_proxy.url}/scoreboard")[1]["estimates"]
-    mtp_rows = [r for r in rows if r["backend"] == "mtp"]  # type: ignore[union-attr]
+    mtp_rows = [r for r in rows if r["backend"] == "mtp"]
     assert mtp_rows and all(r["acceptance"] > 0.9 for r in mtp_rows)
     with urllib.request.urlopen(f"{mtp_proxy.url}/metrics", timeout=10) as resp:
         text = resp.read().decode()

@@ -11,14 +11,16 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
 
 from tests.helpers import get_json, wait_until
+from tests.messages import openai_messages
 from tests.subprocess_proxy import RunningProxy, openai_client, running_proxy
 
-LONG = [{"role": "user", "content": "Count from 1 to 1000, one number per line."}]
+LONG = openai_messages("Count from 1 to 1000, one number per line.")
 TWO_BACKENDS = """
 health_interval_s: 0.5
 restart_backoff_initial_s: 0.5
@@ -35,11 +37,11 @@ backends:
 def slot_busy(backend_url: str) -> bool:
     status, slots = get_json(f"{backend_url}/slots")
     assert status == 200
-    return any(s["is_processing"] for s in slots)  # type: ignore[union-attr]
+    return any(s["is_processing"] for s in slots)
 
 
 def backend_url(proxy: RunningProxy, name: str) -> str:
-    return str(proxy.health()["backends"][name]["url"])  # type: ignore[index]
+    return str(proxy.health()["backends"][name]["url"])
 
 
 OPEN: list[http.client.HTTPConnection] = []
@@ -74,7 +76,8 @@ def open_stream(
     return resp
 
 
-def read_events(resp: http.client.HTTPResponse) -> list[dict[str, object]]:
+def read_events(resp: http.client.HTTPResponse) -> list[dict[str, Any]]:
+    """The JSON events of an SSE answer, in order."""
     events = []
     for raw in resp:
         line = raw.decode().strip()
@@ -103,7 +106,7 @@ def test_client_disconnect_frees_the_slot_and_spares_other_streams(proxy: Runnin
     leaving.close()  # the client goes away mid-stream
     assert wait_until(lambda: not slot_busy(url), 1.0), "slot still busy 1 s after disconnect"
     events = read_events(other)
-    finish = [e["choices"][0]["finish_reason"] for e in events if e.get("choices")]  # type: ignore[index]
+    finish = [e["choices"][0]["finish_reason"] for e in events if e.get("choices")]
     assert finish[-1] in ("length", "stop"), "the other stream must run to its end"
     assert not any("error" in e for e in events)
 
@@ -118,7 +121,10 @@ def test_client_leaving_a_non_streamed_request_frees_the_slot(proxy: RunningProx
         client.chat.completions.create(
             model="plain", messages=LONG, max_tokens=300, extra_body={"ignore_eos": True}
         )
-    in_flight = lambda: proxy.health()["backends"]["plain"]["in_flight"]  # type: ignore[index]  # noqa: E731
+
+    def in_flight() -> int:
+        return int(proxy.health()["backends"]["plain"]["in_flight"])
+
     assert wait_until(lambda: in_flight() == 0, 1.0), "the proxy still counts the request"
     assert wait_until(lambda: not slot_busy(url), 1.0), "slot still busy 1 s after the client left"
 
@@ -127,7 +133,7 @@ def test_a_whole_answer_assembled_from_the_stream_matches_llama_servers_own(
     proxy: RunningProxy,
 ) -> None:
     url = backend_url(proxy, "plain")
-    body = {"messages": LONG, "max_tokens": 24, "temperature": 0, "seed": 1}
+    body: dict[str, Any] = {"messages": LONG, "max_tokens": 24, "temperature": 0, "seed": 1}
     request = urllib.request.Request(
         f"{url}/v1/chat/completions",
         json.dumps(body).encode(),
@@ -171,7 +177,7 @@ def test_frozen_backend_times_out_with_504_and_is_cancelled(pair: RunningProxy) 
             with pytest.raises(openai.APIStatusError) as exc:
                 client.chat.completions.create(model="a", messages=LONG, max_tokens=8)
             assert exc.value.status_code == 504
-            assert exc.value.code == "upstream_timeout"  # type: ignore[attr-defined]
+            assert exc.value.code == "upstream_timeout"
             with pytest.raises(openai.APIStatusError) as exc:
                 client.chat.completions.create(model="a", messages=LONG, max_tokens=8, stream=True)
             assert exc.value.status_code == 504
@@ -188,7 +194,7 @@ def test_stall_between_tokens_ends_the_stream_and_frees_the_slot(pair: RunningPr
     finally:
         os.kill(pid, signal.SIGCONT)
     error = events[-1]["error"]
-    assert error["code"] == "upstream_timeout"  # type: ignore[index]
+    assert error["code"] == "upstream_timeout"
     url = backend_url(pair, "b")
     assert wait_until(lambda: not slot_busy(url), 1.0)
 
@@ -207,7 +213,7 @@ def test_saturation_answers_429_with_retry_after(pair: RunningProxy) -> None:
 
     thread = threading.Thread(target=queued)
     thread.start()
-    assert wait_until(lambda: pair.health()["backends"]["a"]["queued"] == 1, 10)  # type: ignore[index]
+    assert wait_until(lambda: pair.health()["backends"]["a"]["queued"] == 1, 10)
     with openai_client(pair.url, timeout=30) as client, pytest.raises(openai.RateLimitError) as exc:
         client.chat.completions.create(model="a", messages=LONG, max_tokens=4)
     assert exc.value.response.headers["retry-after"] == "1"

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import get_json, wait_for
+from tests.messages import openai_messages
 from tests.subprocess_proxy import RunningProxy, openai_client, running_proxy
 
 SOLO = """
@@ -20,7 +21,7 @@ backends:
   - {name: solo, kind: plain, model: smollm2-135m, threads: 1, ctx_size: 1024}
 """
 KEY = "sk-test-4f0c2b"
-HI = [{"role": "user", "content": "hi"}]
+HI = openai_messages("hi")
 
 
 @pytest.fixture
@@ -43,7 +44,7 @@ def keyed(config: Path, tmp_path: Path) -> Iterator[RunningProxy]:
 
 def test_the_key_works_and_is_never_logged(keyed: RunningProxy) -> None:
     with openai_client(keyed.url, api_key=KEY) as client:
-        reply = client.chat.completions.create(model="solo", messages=HI, max_tokens=2)  # type: ignore[arg-type]
+        reply = client.chat.completions.create(model="solo", messages=HI, max_tokens=2)
     assert reply.choices
     assert get_json(f"{keyed.url}/health")[0] == 200, "health stays open for load balancers"
     assert KEY not in keyed.log_path.read_text()
@@ -66,8 +67,8 @@ def test_default_bind_is_loopback_and_wide_bind_without_keys_warns(
         log = wide.log_path.read_text()
         assert "LISTENING BEYOND LOOPBACK WITHOUT API KEYS" in log
         # Backends stay on loopback whatever the proxy binds.
-        backend = wide.health()["backends"]["solo"]  # type: ignore[index]
-        assert str(backend["url"]).startswith("http://127.0.0.1:")  # type: ignore[index]
+        backend = wide.health()["backends"]["solo"]
+        assert str(backend["url"]).startswith("http://127.0.0.1:")
 
 
 def test_sigterm_drains_a_running_stream_then_stops_backends(config: Path, tmp_path: Path) -> None:

@@ -48,7 +48,10 @@ def test_agent_session_users_replay_their_sessions_on_the_proxy(
 
 def test_the_session_benchmark_waits_for_a_busy_proxy_to_go_idle(proxy: RunningProxy) -> None:
     # A long answer in flight stands for start-up calibration: the benchmark must not start.
-    body = {"model": "plain", "messages": [{"role": "user", "content": "Count to 500."}]}
+    body: dict[str, Any] = {
+        "model": "plain",
+        "messages": [{"role": "user", "content": "Count to 500."}],
+    }
     body |= {"max_tokens": 1500, "stream": True, "ignore_eos": True}
     url = f"{proxy.url}/v1/chat/completions"
     with requests.post(url, json=body, stream=True, timeout=120) as answer:

@@ -127,7 +127,7 @@ async def _wait_until(page: DevTools, selector: str, holds: Any, timeout: float)
 async def test_the_page_loads_in_chromium_and_updates_after_a_request(
     proxy: RunningProxy, client: openai.OpenAI
 ) -> None:
-    backends = list(proxy.health()["backends"])  # type: ignore[call-overload]
+    backends = list(proxy.health()["backends"])
     async with aiohttp.ClientSession() as http, headless_chromium(http) as page:
         await page.call("Page.enable")
         await page.call("Page.navigate", url=f"{proxy.url}/")  # a browser lands on /ui
@@ -137,13 +137,16 @@ async def test_the_page_loads_in_chromium_and_updates_after_a_request(
             assert name in backends_table, (name, backends_table)
         before = _served(await page.text("#live p"))
         marker = f"status-page-{time.time_ns()}"
+
+        def ask() -> None:
+            client.chat.completions.create(
+                model="ngram",
+                messages=[{"role": "user", "content": f"Say hi. {marker}"}],
+                max_tokens=8,
+            )
+
         # In a thread, so the test's loop keeps reading the page meanwhile.
-        await asyncio.to_thread(
-            client.chat.completions.create,
-            model="ngram",
-            messages=[{"role": "user", "content": f"Say hi. {marker}"}],
-            max_tokens=8,
-        )
+        await asyncio.to_thread(ask)
         # No reload: the page's own script fetches /ui/live and shows the new request.
         summary = await _wait_until(page, "#live p", lambda t: _served(t) > before, 15)
         assert _served(summary) == before + 1, summary

@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -64,7 +65,7 @@ def test_killed_backend_is_restarted_and_pinned_requests_get_503(
 ) -> None:
     pid = solo.backend_pids()["solo"]
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: solo.health()["backends"]["solo"]["state"] != "ready", 5, "backend down")  # type: ignore[index]
+    wait_for(lambda: solo.health()["backends"]["solo"]["state"] != "ready", 5, "backend down")
     with pytest.raises(openai.APIStatusError) as exc:
         solo_client.chat.completions.create(
             model="solo", messages=[{"role": "user", "content": "hi"}], max_tokens=4
@@ -72,15 +73,15 @@ def test_killed_backend_is_restarted_and_pinned_requests_get_503(
     assert exc.value.status_code == 503
     assert exc.value.response.headers["retry-after"]
     wait_for(lambda: solo.health()["status"] == "ok", 60, "backend restarted")
-    backend = solo.health()["backends"]["solo"]  # type: ignore[index]
-    assert backend["restarts"] == 1 and backend["pid"] != pid  # type: ignore[index]
+    backend = solo.health()["backends"]["solo"]
+    assert backend["restarts"] == 1 and backend["pid"] != pid
     reply = solo_client.chat.completions.create(
         model="solo", messages=[{"role": "user", "content": "hi"}], max_tokens=4
     )
     assert reply.choices[0].message.content is not None
 
 
-def _restart(proxy: RunningProxy, name: str) -> tuple[int, dict]:  # type: ignore[type-arg]
+def _restart(proxy: RunningProxy, name: str) -> tuple[int, dict[str, Any]]:
     request = urllib.request.Request(
         f"{proxy.url}/admin/backends/{name}/restart", b"", method="POST"
     )
@@ -99,9 +100,9 @@ def test_restart_on_request_gives_a_fresh_process_and_refuses_while_busy(
     status, body = _restart(solo, "solo")
     assert status == 200 and body["state"] == "ready" and body["pid"] != pid
     assert not alive(pid)
-    backend = solo.health()["backends"]["solo"]  # type: ignore[index]
+    backend = solo.health()["backends"]["solo"]
     # Asked for, not a crash: the crash counter that alerts watch stays at zero.
-    assert backend["pid"] == body["pid"] and backend["restarts"] == 0  # type: ignore[index]
+    assert backend["pid"] == body["pid"] and backend["restarts"] == 0
     reply = solo_client.chat.completions.create(
         model="solo", messages=[{"role": "user", "content": "hi"}], max_tokens=4
     )
@@ -121,7 +122,7 @@ def test_restart_on_request_gives_a_fresh_process_and_refuses_while_busy(
     assert "retry once it is idle" in body["error"]["message"]
     rest = list(stream)
     assert rest[-1].choices[0].finish_reason == "length", "the answer in flight was cut"
-    assert solo.health()["backends"]["solo"]["pid"] == backend["pid"]  # type: ignore[index]
+    assert solo.health()["backends"]["solo"]["pid"] == backend["pid"]
 
     status, body = _restart(solo, "nope")
     assert status == 404 and "the backends are solo" in body["error"]["message"]

@@ -19,6 +19,7 @@ import openai
 import pytest
 
 from tests.helpers import get_json, wait_for
+from tests.messages import anthropic_messages, openai_messages
 from tests.proxy_metrics import scrape, wait_quiet
 from tests.subprocess_proxy import RunningProxy, running_proxy, wait_calibrated
 
@@ -137,12 +138,8 @@ def test_messages_stream_starts_with_message_start_even_when_llama_server_skips_
 ) -> None:
     # Its first token is the first half of an emoji, which llama-server b11434 holds back, and
     # with it the stream's message_start: the SDK's helper then fails against it directly.
-    ask = {
-        "max_tokens": 12,
-        "temperature": 0,
-        "stream": True,
-        "messages": [{"role": "user", "content": "Reply with three emojis and nothing else."}],
-    }
+    emojis = anthropic_messages("Reply with three emojis and nothing else.")
+    ask = {"max_tokens": 12, "temperature": 0, "stream": True, "messages": emojis}
     backends = proxy.health()["backends"]
     assert isinstance(backends, dict)
     direct = http.client.HTTPConnection(
@@ -157,7 +154,7 @@ def test_messages_stream_starts_with_message_start_even_when_llama_server_skips_
     with claude.messages.stream(
         model="plain",
         max_tokens=12,
-        messages=ask["messages"],  # type: ignore[arg-type]
+        messages=emojis,
         extra_body={"temperature": 0},
     ) as stream:
         first = next(iter(stream))
@@ -178,10 +175,10 @@ def test_a_prompt_beyond_the_context_is_one_anthropic_400(claude: anthropic.Anth
     # One 400 in Anthropic's shape, with the counts (llama-server's count), before any slot is
     # taken; the wording Claude Code recognises. (Errors the proxy answers alone, such as an
     # unknown model: tests/fast/test_validation.py.)
-    too_long = [{"role": "user", "content": "hello " * 3000}]
+    too_long = anthropic_messages("hello " * 3000)
     for stream in (False, True):
         with pytest.raises(anthropic.BadRequestError) as upstream:
-            claude.messages.create(model="plain", max_tokens=8, messages=too_long, stream=stream)  # type: ignore[arg-type, call-overload]
+            claude.messages.create(model="plain", max_tokens=8, messages=too_long, stream=stream)
         body = upstream.value.body
         assert isinstance(body, dict) and body["type"] == "error"
         message = body["error"]["message"]
@@ -212,7 +209,7 @@ def coder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProxy]:
 def test_infill_is_routed_and_measured_as_fim(coder: RunningProxy) -> None:
     wait_calibrated(coder.url, 240)
     rows = get_json(f"{coder.url}/scoreboard")[1]["estimates"]
-    assert any(r["task"] == "fim" and r["tokens_per_s"] > 0 for r in rows), rows  # type: ignore[index, union-attr]
+    assert any(r["task"] == "fim" and r["tokens_per_s"] > 0 for r in rows), rows
     before = scrape(coder)
     status, headers, answer = post(coder, "/infill", FIM)
     assert status == 200, answer
@@ -284,10 +281,10 @@ def test_embeddings_answer_what_the_backend_answers(proxy: RunningProxy) -> None
 
 
 def test_aliases_route_like_their_targets(client: openai.OpenAI) -> None:
-    hello = [{"role": "user", "content": HELLO}]
+    hello = openai_messages(HELLO)
     raw = client.chat.completions.with_raw_response.create(
         model="gpt-4o-mini",
-        messages=hello,  # type: ignore[arg-type]
+        messages=hello,
         max_tokens=4,
     )
     assert raw.headers["x-specproxy-backend"] == "plain"
@@ -295,14 +292,14 @@ def test_aliases_route_like_their_targets(client: openai.OpenAI) -> None:
     assert raw.headers["x-specproxy-model"] == "plain"
     raw = client.chat.completions.with_raw_response.create(
         model="qwen2.5-coder:1.5b",
-        messages=hello,  # type: ignore[arg-type]
+        messages=hello,
         max_tokens=4,
     )
     assert raw.headers["x-specproxy-task"] == "code", "qwen2.5-coder:* -> auto-code"
     ids = [m.id for m in client.models.list()]
     assert "gpt-4o-mini" in ids and not any("*" in i for i in ids)
     with pytest.raises(openai.NotFoundError) as exc:
-        client.chat.completions.create(model="gpt-4o", messages=hello)  # type: ignore[arg-type]
+        client.chat.completions.create(model="gpt-4o", messages=hello)
     assert "model_aliases" in exc.value.message
 
 
@@ -321,7 +318,7 @@ def _slots_idle(proxy: RunningProxy) -> bool:
     assert isinstance(backends, dict)
     for b in backends.values():
         _, slots = get_json(f"{b['url']}/slots")
-        if any(s["is_processing"] for s in slots):  # type: ignore[union-attr]
+        if any(s["is_processing"] for s in slots):
             return False
     return True
 
@@ -343,12 +340,12 @@ def test_every_generating_surface_counts_its_tokens(
     assert sse_events(proxy, "/completion", {**prompt, "stream": True})
     # Surfaces counted from usage (no timings in b11434) on the plain backend: tokens only.
     client.responses.create(model="plain", input=COUNT, max_output_tokens=24)
-    hello = [{"role": "user", "content": COUNT}]
-    claude.messages.create(model="plain", max_tokens=24, messages=hello)  # type: ignore[arg-type]
+    hello = anthropic_messages(COUNT)
+    claude.messages.create(model="plain", max_tokens=24, messages=hello)
     with claude.messages.stream(
         model="plain",
         max_tokens=24,
-        messages=hello,  # type: ignore[arg-type]
+        messages=hello,
     ) as stream_:
         stream_.get_final_message()
     wait_quiet(proxy)

@@ -13,9 +13,10 @@ import pytest
 from proxy.backends.launch import prepare_backends
 from proxy.config import Settings
 from tests.helpers import free_port, get_json, wait_for, wait_until, without_specproxy_env
+from tests.messages import openai_messages
 from tests.subprocess_proxy import RunningProxy, openai_client, running_proxy
 
-LONG = [{"role": "user", "content": "Count from 1 to 1000, one number per line."}]
+LONG = openai_messages("Count from 1 to 1000, one number per line.")
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +102,7 @@ def test_traffic_through_one_proxy_is_load_the_other_routes_by(
     def long_stream_through_a() -> None:
         stream = client.chat.completions.create(
             model="plain",
-            messages=LONG,  # type: ignore[arg-type]
+            messages=LONG,
             max_tokens=600,
             stream=True,
             extra_body={"ignore_eos": True},  # llama-server: generate all of max_tokens
