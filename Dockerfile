@@ -1,5 +1,5 @@
 # specproxy and a llama-server built from the pinned llama.cpp sdist by specproxy's own provisioning
-# code. CPU by default; see README "Container" for CUDA, the build cache and the test.
+# code. CPU by default; see docs/deployment.md "Container" for CUDA, the build cache and the test.
 #   podman build --format docker -t specproxy .      (or: docker build -t specproxy .)
 # BASE: a Debian-like image with apt (default Debian bookworm slim). BUILD_BASE: the build stage's
 # base, BASE unless a toolchain image is needed (CUDA: nvidia/cuda:<v>-devel-ubuntu24.04, with

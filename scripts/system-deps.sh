@@ -3,6 +3,8 @@
 #   serve  what building and running llama-server needs (cmake, g++, ninja, ccache, patch)
 #   test   that, and what the tests drive: Prometheus, podman, runc, debootstrap and buildah for
 #          the container image tests, chromium for the status page, Node.js and npm for the agents
+# Without apt-get it installs nothing: it names what is missing and fails until it is there
+# (building llama-server needs cmake, a C++ compiler, ninja or make, and GNU patch).
 set -euo pipefail
 purpose="${1:-serve}"
 pairs=(cmake:cmake g++:g++ ninja:ninja-build ccache:ccache patch:patch)
@@ -22,7 +24,28 @@ for pkg in "${need[@]}"; do
   [ "$pkg" = podman ] && need+=(buildah netavark aardvark-dns uidmap slirp4netns fuse-overlayfs)
 done
 if ! command -v apt-get >/dev/null 2>&1; then
-  echo "specproxy: please install: ${need[*]} (or set SPECPROXY_LLAMA_SERVER to your llama-server)" >&2
+  # No apt: nothing is installed, only what is missing named. Building llama-server needs cmake,
+  # a C++ compiler, ninja or make, and GNU patch (its patches use GNU options); ccache only
+  # speeds up rebuilds. A llama-server of your own (SPECPROXY_LLAMA_SERVER) is no way around
+  # them with the default config: its shared engine needs specproxy's patched build.
+  has() { command -v "$1" >/dev/null 2>&1; }
+  missing=()
+  has cmake || missing+=(cmake)
+  has c++ || has g++ || has clang++ || missing+=("a C++ compiler (g++ or clang++)")
+  has ninja || has make || missing+=("ninja or make")
+  case "$(patch --version 2>/dev/null)" in
+    *"GNU patch"*) ;;
+    *) missing+=("GNU patch") ;;
+  esac
+  if [ "$purpose" = test ]; then
+    for tool in prometheus podman runc debootstrap node npm; do
+      has "$tool" || missing+=("$tool")
+    done
+    has chromium || has chromium-browser || missing+=(chromium)
+  fi
+  [ ${#missing[@]} -eq 0 ] && exit 0
+  echo "specproxy: no apt-get here; please install: ${missing[*]}" >&2
+  echo "  (then run make again; ccache is optional)" >&2
   exit 1
 fi
 sudo=""

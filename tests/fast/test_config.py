@@ -149,6 +149,21 @@ def test_an_engine_is_one_command_line_with_every_speculator(tmp_path: Path) -> 
     assert argv.count("--model") == 1 and argv[argv.index("--alias") + 1] == "coder"
 
 
+def test_the_small_cpu_config_is_the_default_engine_without_draft() -> None:
+    """deploy/cpu-small.yaml, which the README gives a machine with less memory: the default's
+    `coder` engine as it is, only its prompt cache smaller, and no draft process."""
+    small = load_settings(ROOT / "deploy" / "cpu-small.yaml")
+    default = {b.name: b for b in load_settings().backends}
+    assert list(small.engines()) == ["coder"]
+    for b in small.backends:
+        assert b.cache_ram_mib == 2048
+        assert b.model_copy(update={"cache_ram_mib": None}) == default[b.name].model_copy(
+            update={"cache_ram_mib": None}
+        )
+    assert {b.name for b in small.backends} == {"plain", "ngram"}
+    assert small.model_aliases == load_settings().model_aliases
+
+
 def test_the_gpu_example_is_two_engines_each_one_process() -> None:
     from proxy.backends.launch import LaunchSpec, engine_spec
 
