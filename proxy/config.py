@@ -95,7 +95,9 @@ class Settings(BaseSettings):
     )
 
     llama_server: Path | None = Field(
-        default=None, description="your own llama-server binary (e.g. a CUDA build)"
+        default=None,
+        description="your own llama-server binary (e.g. a CUDA build of specproxy's patched "
+        "llama.cpp; a stock build serves only backends with a process each, not a shared engine)",
     )
     cache_dir: Path = Field(
         default_factory=default_cache_dir,

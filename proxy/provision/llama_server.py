@@ -98,8 +98,9 @@ def _require_tools() -> tuple[str, str]:
     if cmake is None or compiler is None:
         raise ProvisionError(
             "building llama-server needs cmake and a C++ compiler (Debian: apt-get install "
-            "cmake g++ ninja-build ccache patch); or point SPECPROXY_LLAMA_SERVER at a "
-            "llama-server you already have"
+            "cmake g++ ninja-build ccache patch; elsewhere see README 'A machine without apt'); "
+            "a llama-server you already have (SPECPROXY_LLAMA_SERVER) serves only configs "
+            "whose backends each run their own process, not the default's shared engine"
         )
     generator = "Ninja" if shutil.which("ninja") else "Unix Makefiles"
     return cmake, generator
