@@ -10,6 +10,7 @@ from proxy.backends.engine import Placement, SlotUse
 from proxy.backends.strategy import Strategy
 from proxy.measurement import Measurement
 from proxy.routing.prefixes import Cached, PromptPrefix
+from proxy.routing.reasons import RouteReason
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class Route:
     """Where the router sent the request, and why."""
 
     backend: Strategy
-    reason: str
+    reason: RouteReason
     level: int
     # What the router expected the backend to hold of the prompt.
     cached: Cached

@@ -17,7 +17,7 @@ from proxy.backends.strategy import Strategy
 from proxy.collectors import BackendCollector, ScoreboardCollector, Scrape
 from proxy.exchange import Exchange
 from proxy.llamacpp import Timings
-from proxy.routing.ranking import RouteReason
+from proxy.routing.reasons import AutoReason
 from proxy.routing.scoreboard import Scoreboard
 from proxy.tasks import ROUTED_TASKS
 
@@ -161,7 +161,8 @@ class ProxyMetrics:
                     self.accepted,
                 ):
                     metric.labels(*labels)
-                for reason in get_args(RouteReason):
+                # What a request with a task class can carry: calibration's are not users'.
+                for reason in ("pinned", *get_args(AutoReason)):
                     self.route_decisions.labels(*labels, reason)
             for endpoint, tasks in endpoint_tasks.items():
                 self.own_time.labels(endpoint)

@@ -67,10 +67,13 @@ class EngineOf:
 
 
 def on_device(device: Device, backends: Sequence[Backend], share: int = 2) -> Device:
-    """Put backends on `device` with `share` each, their in-flight requests admitted."""
+    """Put backends on `device` with `share` each (a shared engine's once, admitted as the
+    engine), their in-flight requests admitted."""
     for b in backends:
         b.device = device
-        device.add(b.name, share)
+        device.add(b.engine.name, share)
+        if b.process is not None:
+            device.add_to_engine(b.name, b.process)
         for _ in range(b.in_flight):
             assert device.try_admit(b.name), f"{b.name} does not fit on {device.name}"
     return device
@@ -108,3 +111,20 @@ def estimate(board: Scoreboard, backend: str, task: str, level: int) -> Estimate
     found = board.get(backend, task, level)
     assert found is not None, f"no estimate for {backend}, {task}, level {level}"
     return found
+
+
+def default_layout(device: Device | None = None) -> tuple[Backend, Backend, Backend]:
+    """proxy/defaults/cpu.yaml as the policy reads it: plain and ngram strategies of one
+    llama-server (`coder`), draft a process of its own, each taking both cores of one CPU."""
+    plain = Backend("plain", process="coder")
+    ngram = Backend("ngram", "ngram-mod", process="coder")
+    draft = Backend("draft", "draft-simple")
+    on_device(device or Device("cpu", 2), [plain, ngram, draft])
+    return plain, ngram, draft
+
+
+def decoding(backend: Backend, requests: int) -> None:
+    """`requests` more of the backend's requests admitted on its device and decoding."""
+    for _ in range(requests):
+        assert backend.device.try_admit(backend.name), f"{backend.name} does not fit"
+    backend.in_flight += requests

@@ -140,7 +140,9 @@ def build_app(
 
     async def measurements_ctx(app: web.Application) -> AsyncIterator[None]:
         path = settings.scoreboard_path()
-        log.info("scoreboard loaded", path=str(path), estimates=scoreboard.load(path))
+        engines = {b.name: b.engine.name for b in app[POOL]}
+        loaded = scoreboard.load(path, engines)
+        log.info("scoreboard loaded", path=str(path), estimates=loaded)
         task = asyncio.create_task(
             keep_measured(app[PIPELINE], settings, scoreboard, app[CALIBRATION], path)
         )

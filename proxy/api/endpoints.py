@@ -92,10 +92,11 @@ async def scoreboard(request: web.Request) -> web.Response:
         }
         for m in router.measured()
     ]
+    # Per backend, each its engine's: strategies sharing a process share its prompt speed.
     prompt = {
-        name: round(tps, 1)
-        for name in request.app[POOL].names
-        if (tps := router.prompt_speed(name)) is not None
+        b.name: round(tps, 1)
+        for b in request.app[POOL]
+        if (tps := router.prompt_speed(b.engine.name)) is not None
     }
     return web.json_response({"estimates": rows, "prompt_tokens_per_s": prompt})
 

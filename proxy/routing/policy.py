@@ -8,13 +8,8 @@ from collections.abc import Mapping, Sequence
 from proxy.backends.engine import RoutableBackend
 from proxy.routing.break_even import break_even_acceptance
 from proxy.routing.prefixes import WORTH_FOLLOWING_TOKENS
-from proxy.routing.ranking import (
-    CHEAP_MOVE_TOKENS,
-    Ranking,
-    RequestCost,
-    RouteChoice,
-    RouteReason,
-)
+from proxy.routing.ranking import CHEAP_MOVE_TOKENS, Ranking, RequestCost, RouteChoice
+from proxy.routing.reasons import AutoReason
 from proxy.routing.scoreboard import Estimate, Scoreboard, load_level
 
 # How much slower than the best, at the load the request will run at, a backend that starts at
@@ -26,7 +21,7 @@ JOIN_MARGIN = 0.25
 # The same for a backend on another device with room: the request would otherwise queue behind
 # a full batch, and it takes nothing from the streams on the best backend's device.
 SPILL_MARGIN = 0.5
-# A backend holding this many more of the prompt than any other is where the request stays.
+# A prompt this long held by a backend makes an agent's turn a later one of its session.
 AFFINITY_TOKENS = WORTH_FOLLOWING_TOKENS
 # Decisions between two re-measurements of one backend known only from a busy machine.
 RECHECK_EVERY = 4
@@ -106,7 +101,7 @@ class RoutePolicy:
         # One not measured yet whose prompt would cost too much waits for a cheaper request.
         ready = [b for b in ready if b.name in estimates]
         if len(ready) == 1:
-            return RouteChoice(ready[0].name, "only_healthy", levels[ready[0].name])
+            return RouteChoice(ready[0].name, "only_measured", levels[ready[0].name])
         ranking = self._rank(task, cost, backends, ready, levels, estimates, cheapest)
         for rule in (
             self._rule_recheck,
@@ -136,16 +131,32 @@ class RoutePolicy:
         prompt_tps = self._prompt_speeds(ready)
         mix = self._session_mix(task, ready, levels, cost)
         seconds: dict[str, float] = {}
+        cold: dict[str, float] = {}
+        unmargined: dict[str, float] = {}
         for b in ready:
             per_token = sum(share / self._speed(b, c, levels, estimates, ready) for c, share in mix)
+            decode = answer * per_token
             # Speculation must win by more than the noise: its speed swings with how
             # predictable each prompt is, and a rejected draft costs compute the device shares.
-            if plain and b.spec_type:
-                per_token *= 1 + self.speculation_margin
-            seconds[b.name] = cost.uncached(b.name) / prompt_tps[b.name] + answer * per_token
+            margin = 1 + self.speculation_margin if plain and b.spec_type else 1.0
+            prompt = cost.uncached(b.name) / prompt_tps[b.name]
+            seconds[b.name] = prompt + decode * margin
+            cold[b.name] = cost.prompt_tokens / prompt_tps[b.name] + decode * margin
+            unmargined[b.name] = prompt + decode
         ranked = sorted(ready, key=lambda b: (b.name in demoted, seconds[b.name], b.load))
         return Ranking(
-            task, cost, backends, ranked, levels, estimates, demoted, seconds, answer, cheapest
+            task,
+            cost,
+            backends,
+            ranked,
+            levels,
+            estimates,
+            demoted,
+            seconds,
+            cold,
+            unmargined,
+            answer,
+            cheapest,
         )
 
     def _rule_recheck(self, r: Ranking) -> RouteChoice | None:
@@ -178,29 +189,36 @@ class RoutePolicy:
         Joining keeps every later request on the device there too, so on the same device only
         the margin decides; the best's wait is counted where the request is the only one it
         matters to, on another device. A full batch decoding on the device is joined too: a
-        slot frees when one of its answers ends, the device only when all of them have.
+        slot frees when one of its answers ends, the device only when all of them have. Another
+        strategy of the best's own engine is no way round: it waits for the same slots.
         """
         best = r.best
         if self._starts_now(best):
             return None
         wait = self._wait_s(best, r.ranked, r.estimates, r.answer, r.levels)
         for other in r.ranked[1:]:
+            if other.engine.name == best.engine.name:
+                continue
             same = other.engine.device is best.engine.device
             joinable = self._starts_now(other) or (
                 same and other.load > 0 and other.engine.device.admits_past_background(other.name)
             )
             margin = JOIN_MARGIN if same else SPILL_MARGIN
             if joinable and r.about_as_fast(other, margin, 0.0 if same else wait):
-                return r.choice(other, "join_batch" if other.load else "spill")
+                return r.choice(other, "join_batch" if same else "spill")
         return None
 
     def _rule_wait_for_device(self, r: Ranking) -> RouteChoice | None:
         """Where the best's device runs another backend, wait for it, unless the backend that
-        runs next there is about as fast: waiting for the best would wait for a second drain."""
+        runs next there is about as fast: waiting for the best would wait for a second drain.
+        Where the best's own engine runs next, waiting for it costs no second drain."""
         best = r.best
-        if self._starts_now(best) or best.engine.device.admits(best.name):
+        device = best.engine.device
+        if self._starts_now(best) or device.admits(best.name):
             return None
-        upcoming = best.engine.device.next_up()
+        upcoming = device.next_up()
+        if upcoming == device.engine_of(best.name):
+            return r.choice(best, "wait_device")
         for other in r.ranked[1:]:
             same = other.engine.device is best.engine.device
             runs_next = other.engine.device.engine_of(other.name) == upcoming
@@ -249,19 +267,20 @@ class RoutePolicy:
 
     @staticmethod
     def _rule_fastest(r: Ranking) -> RouteChoice:
-        """The best, named for why it is best: the fastest decoder, or the one that decodes
-        fastest demoted, or the one holding the prompt, or within the margin of the fastest."""
-        best, cost = r.best, r.cost
-        fastest = max(r.ranked_by_name(), key=lambda b: r.estimates[b.name].tokens_per_s)
-        top = r.estimates[fastest.name].tokens_per_s
-        held = cost.cached.get(best.name, 0)
-        elsewhere = max((cost.cached.get(b.name, 0) for b in r.ranked if b is not best), default=0)
-        reason: RouteReason = "fastest"
-        if fastest.name in r.demoted:
+        """The best, named for the term of the ranking that made it the best rather than
+        another: a demotion, the prompt it holds, the speculation margin; else `fastest`.
+
+        Each is asked by ranking without it: the reason is the first whose absence would have
+        put another backend first.
+        """
+        best, held = r.best, r.cost.cached
+        reason: AutoReason = "fastest"
+        cold = r.first_by(r.cold_seconds)
+        if r.first_by(r.seconds, demote=False) is not best:
             reason = "demoted"
-        elif held >= AFFINITY_TOKENS and held - elsewhere >= AFFINITY_TOKENS:
+        elif cold is not best and held.get(best.name, 0) > held.get(cold.name, 0):
             reason = "affinity"
-        elif fastest.name != best.name and top > r.credited(best):
+        elif r.first_by(r.unmargined_seconds) is not best:
             reason = "within_margin"
         return r.choice(best, reason)
 
@@ -348,19 +367,15 @@ class RoutePolicy:
         return max(mean, 1.0)
 
     def _prompt_speeds(self, ready: Sequence[RoutableBackend]) -> dict[str, float]:
-        """Each backend's prompt tokens/s: measured, else its engine's (strategies sharing a
-        process process prompts alike), else the slowest measured. A backend with a draft
-        model runs every prompt through it too, so it is never taken for faster at prompts
-        than a plain backend on its device."""
+        """Each backend's prompt tokens/s: its engine's measured one (strategies sharing a
+        process process prompts alike, so they share one measurement), else the slowest
+        measured. A backend with a draft model runs every prompt through it too, so it is
+        never taken for faster at prompts than a plain backend on its device."""
         speeds: dict[str, float] = {}
         for b in ready:
-            rate = self.scoreboard.prompt_speed(b.name)
+            rate = self.scoreboard.prompt_speed(b.engine.name)
             if rate is not None and rate.tokens_per_s > 0:
                 speeds[b.name] = rate.tokens_per_s
-        for b in ready:
-            mates = [speeds[o.name] for o in ready if o.engine == b.engine and o.name in speeds]
-            if b.name not in speeds and mates:
-                speeds[b.name] = max(mates)
         for b in ready:
             plain = [
                 speeds[o.name]

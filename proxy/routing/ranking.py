@@ -4,27 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 from proxy.backends.engine import RoutableBackend
+from proxy.routing.reasons import AutoReason
 from proxy.routing.scoreboard import Estimate
-
-RouteReason = Literal[
-    "pinned",
-    "fastest",
-    "unmeasured",
-    "explore",
-    "demoted",
-    "only_healthy",
-    "join_batch",
-    "spill",
-    "wait_device",
-    "join_queue",
-    "within_margin",
-    "affinity",
-    "recheck",
-]
-
 
 # Prompt tokens a backend may have to process beyond the cheapest choice for a request to be
 # sent there only to measure it (an unmeasured backend, a probe): moving an agent's turn off
@@ -55,7 +38,7 @@ class RouteChoice:
     """The chosen backend, why, and the load level the request runs at."""
 
     backend: str
-    reason: RouteReason
+    reason: AutoReason
     level: int
 
 
@@ -74,6 +57,10 @@ class Ranking:
     estimates: Mapping[str, Estimate]
     demoted: set[str]
     seconds: Mapping[str, float]
+    # The same without one of the ranking's terms, to tell which one decided: with nothing
+    # cached anywhere, and without the speculation margin.
+    cold_seconds: Mapping[str, float]
+    unmargined_seconds: Mapping[str, float]
     answer: float
     # The fewest prompt tokens any backend would process.
     cheapest: int
@@ -81,6 +68,13 @@ class Ranking:
     @property
     def best(self) -> RoutableBackend:
         return self.ranked[0]
+
+    def first_by(self, seconds: Mapping[str, float], demote: bool = True) -> RoutableBackend:
+        """The backend ranked first by these times (demoted ones last unless told not to)."""
+        return min(
+            self.ranked_by_name(),
+            key=lambda b: (demote and b.name in self.demoted, seconds[b.name], b.load),
+        )
 
     def ranked_by_name(self) -> list[RoutableBackend]:
         """In the order the backends were given (a re-measure goes to the first due)."""
@@ -101,5 +95,5 @@ class Ranking:
         theirs, best = self.seconds[other.name], self.seconds[self.best.name]
         return theirs * (1 - margin) <= best or theirs <= best + wait_s
 
-    def choice(self, b: RoutableBackend, reason: RouteReason) -> RouteChoice:
+    def choice(self, b: RoutableBackend, reason: AutoReason) -> RouteChoice:
         return RouteChoice(b.name, reason, self.levels[b.name])

@@ -187,7 +187,7 @@ class Router:
                 cached_tokens=route.cached.tokens,
                 prompt_tokens=max(prompt_tokens, route.cached.tokens),
                 chars_per_token=self.prefixes.chars_per_token(engine),
-                prompt_speed=self.prompt_speed(route.backend.name),
+                prompt_speed=self.prompt_speed(engine),
                 keeps_copies=route.backend.spec.our_build,
             )
         )
@@ -212,6 +212,7 @@ class Router:
             upstream.ttft_s,
             exchange.contended,
             agent=prompt.agent if prompt is not None else None,
+            engine=route.backend.engine.name,
         )
         if exchange.task == FIM_TASK:
             outcome = fim_outcome(outcome, timings)
@@ -237,9 +238,9 @@ class Router:
         for (backend, task, level), est in board.items():
             yield Measured(backend, task, level, est, est.interval(board.alpha))
 
-    def prompt_speed(self, backend: str) -> float | None:
-        """The backend's measured prompt tokens/s, None before any."""
-        rate = self.scoreboard.prompt_speed(backend)
+    def prompt_speed(self, engine: str) -> float | None:
+        """The engine's measured prompt tokens/s (every strategy on it has it), None before any."""
+        rate = self.scoreboard.prompt_speed(engine)
         return rate.tokens_per_s if rate is not None else None
 
     def exact_aliases(self) -> list[str]:

@@ -6,8 +6,10 @@ import json
 import math
 import os
 import uuid
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from proxy.llamacpp import Timings
 
@@ -88,6 +90,8 @@ class Outcome:
     contended: bool = False
     # For an agent's turn (a request with tools), its session's intent (session_intent).
     agent: str | None = None
+    # The engine (process) that processed its prompt; the backend's own name if not given.
+    engine: str | None = None
 
     @classmethod
     def from_timings(
@@ -99,6 +103,7 @@ class Outcome:
         ttft_s: float | None = None,
         contended: bool = False,
         agent: str | None = None,
+        engine: str | None = None,
     ) -> Outcome:
         """A sample from what llama.cpp measured."""
         return cls(
@@ -114,12 +119,13 @@ class Outcome:
             prompt_ms=timings.prompt_ms,
             contended=contended,
             agent=agent,
+            engine=engine,
         )
 
 
 @dataclass
 class Rate:
-    """A decayed tokens / seconds ratio: a backend's prompt speed."""
+    """A decayed tokens / seconds ratio: an engine's prompt speed."""
 
     tokens: float = 0.0
     seconds: float = 0.0
@@ -138,6 +144,10 @@ class Scoreboard:
     Samples taken while other programs used the machine (a build, another server) are kept
     apart from quiet ones and stand in for them only until a quiet sample exists: a handful of
     requests measured on a busy machine cannot overrule what a quiet one measured.
+
+    Prompt speed is kept per engine, not per backend: strategies sharing one llama-server
+    process process prompts alike, and one process once measured 73.0 tokens/s as plain and
+    80.3 as ngram, noise that would have ranked one strategy ahead of the other.
     """
 
     def __init__(self, alpha: float = 0.2, min_tokens: int = 8) -> None:
@@ -145,6 +155,7 @@ class Scoreboard:
         self.min_tokens = min_tokens
         self._table: dict[tuple[str, str, int], Estimate] = {}
         self._noisy: dict[tuple[str, str, int], Estimate] = {}
+        # Per (engine, contended).
         self._prompt: dict[tuple[str, bool], Rate] = {}
         # Decayed mean answer length per (backend, task), short answers included.
         self._answers: dict[tuple[str, str], tuple[float, int]] = {}
@@ -195,8 +206,9 @@ class Scoreboard:
     def _record_prompt(self, outcome: Outcome) -> None:
         if outcome.prompt_n < _MIN_PROMPT_TOKENS or outcome.prompt_ms <= 0:
             return
+        engine = outcome.engine or outcome.backend
         rate = self._prompt.setdefault(
-            (outcome.backend, outcome.contended), Rate(contended=outcome.contended)
+            (engine, outcome.contended), Rate(contended=outcome.contended)
         )
         a = max(self.alpha, 1.0 / (rate.samples + 1))
         rate.tokens += a * (outcome.prompt_n - rate.tokens)
@@ -228,9 +240,9 @@ class Scoreboard:
         best = min(measured, key=lambda lv: (abs(lv - level), lv))
         return self.get(backend, task, best)
 
-    def prompt_speed(self, backend: str) -> Rate | None:
-        """This backend's measured prompt speed, from quiet samples where there are any."""
-        return self._prompt.get((backend, False)) or self._prompt.get((backend, True))
+    def prompt_speed(self, engine: str) -> Rate | None:
+        """This engine's measured prompt speed, from quiet samples where there are any."""
+        return self._prompt.get((engine, False)) or self._prompt.get((engine, True))
 
     def answer_tokens(self, backend: str, task: str) -> float | None:
         """The decayed mean length of this backend's answers to this class, short ones too."""
@@ -257,7 +269,7 @@ class Scoreboard:
             for table in (self._table, self._noisy)
             for (b, t, lv), e in sorted(table.items())
         ]
-        prompt = [{"backend": b, **asdict(r)} for (b, _), r in sorted(self._prompt.items())]
+        prompt = [{"engine": e, **asdict(r)} for (e, _), r in sorted(self._prompt.items())]
         answers = [
             {"backend": b, "task": t, "tokens": m, "samples": n}
             for (b, t), (m, n) in sorted(self._answers.items())
@@ -276,8 +288,12 @@ class Scoreboard:
         tmp.write_text(json.dumps(document, indent=1))
         os.replace(tmp, path)
 
-    def load(self, path: Path) -> int:
-        """Read estimates saved earlier; returns how many were loaded (0 if none or unreadable)."""
+    def load(self, path: Path, engines: Mapping[str, str] | None = None) -> int:
+        """Read estimates saved earlier; returns how many were loaded (0 if none or unreadable).
+
+        `engines` names each backend's engine: a file from before prompt speeds were kept per
+        engine has them per backend, and the one with most samples stands for its engine.
+        """
         try:
             document = json.loads(path.read_text())
             # Before prompt speeds were kept the file was the list of estimates alone.
@@ -287,9 +303,7 @@ class Scoreboard:
                 est = Estimate(**row)
                 (self._noisy if est.contended else self._table)[key] = est
             if isinstance(document, dict):
-                for row in document.get("prompt_speed", []):
-                    rate = Rate(**{k: v for k, v in row.items() if k != "backend"})
-                    self._prompt[(str(row["backend"]), rate.contended)] = rate
+                self._load_prompt_speeds(document.get("prompt_speed", []), engines or {})
                 for row in document.get("agent_tokens", []):
                     cell = (str(row["intent"]), str(row["task"]))
                     self._agent_tokens[cell] = float(row["tokens"])
@@ -299,3 +313,14 @@ class Scoreboard:
         except (OSError, ValueError, TypeError, KeyError, AttributeError):
             return 0
         return len(rows)
+
+    def _load_prompt_speeds(self, rows: list[dict[str, Any]], engines: Mapping[str, str]) -> None:
+        for row in rows:
+            rate = Rate(**{k: v for k, v in row.items() if k not in ("engine", "backend")})
+            if "engine" in row:
+                engine = str(row["engine"])
+            else:  # saved per backend, before they were kept per engine
+                engine = engines.get(str(row["backend"]), str(row["backend"]))
+            cell = (engine, rate.contended)
+            if cell not in self._prompt or self._prompt[cell].samples < rate.samples:
+                self._prompt[cell] = rate

@@ -145,15 +145,16 @@ def test_a_long_uncached_prompt_is_not_sent_to_measure_a_backend() -> None:
     assert choice is not None and (choice.backend, choice.reason) == ("draft", "unmeasured")
 
 
-def test_answer_length_and_prompt_speed_are_measured_per_backend() -> None:
+def test_answer_length_is_measured_per_backend_and_prompt_speed_per_engine() -> None:
     board = Scoreboard()
-    board.record(Outcome("plain", "echo", 1, 10.0, 1.0, 400, 0, 0, 1000, 10_000))
+    board.record(Outcome("plain", "echo", 1, 10.0, 1.0, 400, 0, 0, 1000, 10_000, engine="coder"))
     board.record(Outcome("plain", "echo", 1, None, 1.0, 3, 0, 0, 10, 500))  # short answer
-    rate = board.prompt_speed("plain")
+    rate = board.prompt_speed("coder")
     assert rate is not None and round(rate.tokens_per_s) == 100
     answer = board.answer_tokens("plain", "echo")
     assert answer is not None and 3 < answer < 400  # short answers count toward the length
-    assert board.prompt_speed("ngram") is None
+    assert board.answer_tokens("ngram", "echo") is None
+    assert board.prompt_speed("plain") is None and board.prompt_speed("draft") is None
 
 
 def test_a_busy_machines_samples_stand_in_only_until_a_quiet_one() -> None:

@@ -7,13 +7,12 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
-from typing import get_args
 
 import pytest
 from aiohttp import web
 
 from proxy.api.routes import add_routes
-from proxy.routing.ranking import RouteReason
+from proxy.routing.reasons import REASONS
 from tests.helpers import ROOT
 
 README = ROOT / "README.md"
@@ -191,14 +190,9 @@ def test_every_response_header_named_is_one_the_proxy_uses(page: Path) -> None:
     assert not unknown, f"{_name(page)} names headers the proxy does not send or read: {unknown}"
 
 
-# Reasons given outside the route policy's Literal: passthroughs and calibration's own requests.
-_OTHER_REASONS = ("least_busy", "calibration")
-
-
 def test_every_route_reason_is_documented_in_routing_md() -> None:
     text = (ROOT / "docs" / "routing.md").read_text()
-    reasons = (*get_args(RouteReason), *_OTHER_REASONS)
-    undocumented = [r for r in reasons if f"`{r}`" not in text]
+    undocumented = [r for r in REASONS if f"`{r}`" not in text]
     assert not undocumented, f"docs/routing.md does not name the route reasons {undocumented}"
 
 

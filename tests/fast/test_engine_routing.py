@@ -4,10 +4,15 @@ each turn goes to the strategy fastest for its class at the engine's load (fast 
 from __future__ import annotations
 
 from proxy.backends.devices import Device
+from proxy.exchange import Exchange, Route
+from proxy.measurement import Measurement
+from proxy.routing.classifier import TaskClassifier
 from proxy.routing.policy import RoutePolicy
-from proxy.routing.ranking import RequestCost
-from proxy.routing.scoreboard import Scoreboard
-from tests.policy_inputs import Backend, measure
+from proxy.routing.prefixes import Cached
+from proxy.routing.ranking import RequestCost, RouteChoice
+from proxy.routing.router import Router
+from proxy.routing.scoreboard import Outcome, Scoreboard
+from tests.policy_inputs import Backend, default_layout, measure
 
 
 def engine(*names: str, in_flight: dict[str, int] | None = None) -> list[Backend]:
@@ -71,3 +76,49 @@ def test_separate_processes_keep_the_turn_where_its_prompt_is() -> None:
     ]
     choice = policy.choose("echo", backends, later_turn({"plain": 6000, "ngram": 0}))
     assert choice is not None and choice.backend == "plain"
+
+
+def prompt_sample(board: Scoreboard, backend: str, tokens_per_s: float) -> None:
+    """A 3,000-token prompt the engine `coder` processed for `backend` at this speed."""
+    board.record(
+        Outcome(backend, "prose", 1, None, None, 0, 0, 0, 3000, 3e6 / tokens_per_s, engine="coder")
+    )
+
+
+def test_strategies_sharing_an_engine_share_its_measured_prompt_speed() -> None:
+    # One process measured 73.0 tokens/s as plain and 80.3 as ngram (docs/configuration.md):
+    # noise, which filed per strategy sent an explanation's long first turn to ngram although
+    # plain decodes prose faster. Filed per engine, the prompt costs both the same.
+    board = Scoreboard()
+    for _ in range(3):
+        measure(board, "plain", "prose", 10.0)
+        measure(board, "ngram", "prose", 9.5, draft_n=40, accepted=10)
+        measure(board, "draft", "prose", 6.0, draft_n=40, accepted=20)
+    prompt_sample(board, "plain", 73.0)
+    prompt_sample(board, "ngram", 80.3)
+    rate = board.prompt_speed("coder")
+    assert rate is not None and 73.0 < rate.tokens_per_s < 80.3
+    assert board.prompt_speed("plain") is None and board.prompt_speed("ngram") is None
+    plain, ngram, draft = default_layout()
+    policy = RoutePolicy(board, explore_share=0.0)
+    speeds = policy._prompt_speeds([plain, ngram, draft])
+    assert speeds["plain"] == speeds["ngram"] == rate.tokens_per_s
+    first_turn = RequestCost(prompt_tokens=3000)
+    assert policy.choose("prose", [plain, ngram, draft], first_turn) == RouteChoice(
+        "plain", "fastest", 1
+    )
+
+
+def test_the_router_files_a_prompt_sample_under_the_engine_that_processed_it() -> None:
+    board = Scoreboard()
+    router = Router(TaskClassifier(), RoutePolicy(board), board)
+    plain, ngram, _ = default_layout()
+    for strategy, ms in ((plain, 40_000.0), (ngram, 40_000.0)):
+        exchange = Exchange("chat", "r", task="prose")
+        exchange.route = Route(strategy, "fastest", 1, Cached(0, None))  # type: ignore[arg-type]
+        timings = {"prompt_n": 3000, "prompt_ms": ms, "predicted_n": 64, "predicted_ms": 6400.0}
+        exchange.measured = Measurement(status=200, timings=timings)
+        router.record(exchange)
+    rate = board.prompt_speed("coder")
+    assert rate is not None and rate.samples == 2 and round(rate.tokens_per_s) == 75
+    assert router.prompt_speed("coder") == rate.tokens_per_s

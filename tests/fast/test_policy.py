@@ -395,8 +395,8 @@ def test_a_draft_backend_is_never_taken_for_faster_at_prompts_than_plain() -> No
     measure(board, "plain", "code", 25)
     measure(board, "ngram", "code", 31)
     measure(board, "draft", "code", 16, draft_n=80, accepted=68)
-    board.record(Outcome("plain", "code", 1, 25, 0.1, 64, 0, 0, prompt_n=1200, prompt_ms=30e3))
-    board.record(Outcome("draft", "code", 1, 16, 0.1, 64, 80, 68, prompt_n=600, prompt_ms=10e3))
+    board.record(Outcome("plain", "code", 1, 25, 0.1, 64, 0, 0, 1200, 30e3, engine="coder"))
+    board.record(Outcome("draft", "code", 1, 16, 0.1, 64, 80, 68, 600, 10e3))
     policy = RoutePolicy(board, explore_share=0)
     coder = Device("cpu", 2)
     plain = Backend("plain", process="coder")
@@ -406,7 +406,7 @@ def test_a_draft_backend_is_never_taken_for_faster_at_prompts_than_plain() -> No
     long_turn = RequestCost(prompt_tokens=3000, max_tokens=40)
     choice = policy.choose("code", [plain, ngram, draft], long_turn)
     assert choice is not None and choice.backend == "ngram"
-    # ngram shares plain's process: its prompt speed is plain's, not the slowest measured.
+    # ngram shares plain's process: its prompt speed is the engine's, not the slowest measured.
     assert policy._prompt_speeds([plain, ngram, draft]) == {
         "plain": 40.0,
         "ngram": 40.0,

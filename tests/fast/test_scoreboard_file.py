@@ -31,3 +31,32 @@ def test_proxies_saving_one_shared_file_at_once_never_fail_and_leave_it_whole(
     assert sorted(p.name for p in path.parent.iterdir()) == ["scoreboard.json"]
     fresh = Scoreboard()
     assert fresh.load(path) == 1
+
+
+def test_prompt_speeds_are_saved_per_engine_and_an_older_files_per_backend_ones_kept(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "scoreboard.json"
+    board = Scoreboard()
+    board.record(Outcome("plain", "code", 1, None, None, 0, 0, 0, 1000, 10_000, engine="coder"))
+    board.save(path)
+    assert [r["engine"] for r in json.loads(path.read_text())["prompt_speed"]] == ["coder"]
+    again = Scoreboard()
+    again.load(path)
+    assert again.prompt_speed("coder") is not None
+    # A file from before kept them per backend: each engine takes its backends' best-measured.
+    rate = {"tokens": 1000.0, "seconds": 10.0, "contended": False}
+    older = {
+        "estimates": [],
+        "prompt_speed": [
+            {"backend": "draft", **rate, "samples": 3},
+            {"backend": "ngram", **rate, "seconds": 12.5, "samples": 2},
+            {"backend": "plain", **rate, "samples": 9},
+        ],
+    }
+    path.write_text(json.dumps(older))
+    fresh = Scoreboard()
+    fresh.load(path, {"plain": "coder", "ngram": "coder", "draft": "draft"})
+    coder, draft = fresh.prompt_speed("coder"), fresh.prompt_speed("draft")
+    assert coder is not None and (coder.samples, coder.tokens_per_s) == (9, 100.0)
+    assert draft is not None and fresh.prompt_speed("plain") is None

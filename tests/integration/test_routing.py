@@ -131,8 +131,9 @@ def test_measurements_survive_a_restart(
     # Every cell is saved (one measured both quietly and on a busy machine, as two rows).
     cells = {(r["backend"], r["task"], r["level"]) for r in saved["estimates"]}
     assert cells == {(r["backend"], r["task"], r["level"]) for r in before}
-    # Prompt speeds are kept too: a restart knows what a long prompt costs on each backend.
-    assert {r["backend"] for r in saved["prompt_speed"]} <= {r["backend"] for r in before}
+    # Prompt speeds are kept too, per engine (here each backend is its own): a restart knows
+    # what a long prompt costs on each.
+    assert {r["engine"] for r in saved["prompt_speed"]} <= {r["backend"] for r in before}
     with running_proxy(
         MTP_CONFIG,
         tmp_path / "proxy.log",

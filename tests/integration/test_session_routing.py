@@ -98,7 +98,9 @@ def test_a_sessions_turns_stay_on_the_backend_that_caches_their_prompt(
     assert len(set(backends)) == 1, backends
     # Every later turn found its whole earlier prompt in the slot: most of it.
     lines = log_lines(calibrated)[-3:]
-    assert [x["route"] for x in lines[1:]] == ["affinity", "affinity"], lines
+    # `affinity` where the held prompt decided; where the backend holding it would be the best
+    # with nothing cached too, the rule that made it best names it.
+    assert {x["route"] for x in lines[1:]} <= {"affinity", "fastest", "within_margin"}, lines
     for line in lines[1:]:
         prompt = line["prompt_tokens"]
         assert isinstance(prompt, int) and cached[lines.index(line)] >= prompt * 0.6, lines
