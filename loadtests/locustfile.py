@@ -18,7 +18,6 @@ fires "cached:agent-<shape>:<backend>" (response time column = % of the prompt s
 from __future__ import annotations
 
 import argparse
-import itertools
 import logging
 import time
 from collections.abc import Iterator
@@ -32,7 +31,7 @@ from locust.env import Environment
 from locust.exception import StopUser
 
 from loadtests.measure import Sample, summarise, write_samples
-from loadtests.prompts import PROMPTS, Messages, prompt_sequence
+from loadtests.prompts import PROMPTS, Messages, prompt_stream
 from loadtests.sessions import (
     DEFAULT_SYSTEM_TOKENS,
     DEFAULT_TURNS,
@@ -95,7 +94,8 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=0,
         env_var="LOCUST_PROMPT_COUNT",
-        help="prompts of the pool to send from --prompt-start, then again; 0: the whole pool",
+        help="prompts of the pool to send from --prompt-start, then again renamed afresh; 0: the "
+        "whole pool",
     )
     parser.add_argument(
         "--api-key",
@@ -217,12 +217,12 @@ class _RunState:
         self.sessions_started = 0
         self.agents_active = 0
 
-    def reset(self, prompts: list[tuple[str, Messages]]) -> None:
+    def reset(self, prompts: Iterator[tuple[str, Messages]]) -> None:
         """Forget the previous run (the web UI can start several in one process)."""
         self.issued, self.in_flight, self.samples = 0, 0, []
         self.sessions_started = 0
         # One sequence for all users, so concurrent users send different prompts.
-        self.prompts = itertools.cycle(prompts)
+        self.prompts = prompts
 
     def claim(self, limit: int) -> bool:
         """Take a request ticket; False once `limit` (if any) have been issued."""
@@ -518,7 +518,7 @@ class AgentSessionUser(User):
 
 def _on_test_start(environment: Environment, **_: Any) -> None:
     opts = LoadOptions.of(environment)
-    _RUN.reset(prompt_sequence(opts.task, opts.prompt_start, opts.prompt_count))
+    _RUN.reset(prompt_stream(opts.task, opts.prompt_start, opts.prompt_count))
 
 
 def _on_test_stop(environment: Environment, **_: Any) -> None:

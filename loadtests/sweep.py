@@ -362,8 +362,9 @@ def restart_before(task: str, mode: str, backends: list[str], kinds: dict[str, s
 
     The modes of a level send the same prompts. An n-gram backend remembers every answer it
     generated and would copy them back to the next mode: it is restarted before each cell that
-    can use it. Prompt caches would hand the next mode its prompts already processed: backends
-    are restarted for that too, except where prompts differ in a few tokens
+    can use it (a strategy sharing an engine restarts the engine, its other strategies with it).
+    Prompt caches would hand the next mode its prompts already processed: backends are
+    restarted for that too, except where prompts differ in a few tokens
     (``_SHORT_PROMPT_TAILS``).
     """
     pinned = [b for b in backends if not _routed(b)]
@@ -581,8 +582,12 @@ def _describe(opts: SweepOptions, not_fresh: list[str], modes: list[str]) -> str
     return (
         f"max_tokens {opts.max_tokens}, temperature {opts.temperature}, {stream}; "
         f"each cell: {stop}; every mode at a level sends the same prompts, and before each "
-        f"cell the backends it can use are restarted (n-gram always; the others except on "
-        f"{', '.join(sorted(_SHORT_PROMPT_TAILS))}) so no mode gains from another's history"
+        f"cell the backends it can use are restarted (n-gram always, with any strategy sharing "
+        f"its engine; the others except on {', '.join(sorted(_SHORT_PROMPT_TAILS))}) so no mode "
+        f"gains from another's history (restarted rather than renamed: the modes of a level "
+        f"send the same text, so their answers compare); a cell that uses up its prompts sends "
+        f"them again with the names the answers write renamed, so no engine meets a prompt it "
+        f"has answered"
         f"{'; NOT restarted: ' + ', '.join(not_fresh) if not_fresh else ''}; "
         f"{_describe_agents(opts, modes)}{time.strftime('%Y-%m-%d %H:%M')}."
     )

@@ -1,10 +1,15 @@
-"""Reference prompts per task class: the lab's, used by calibration and `specproxy bench`."""
+"""Reference prompts per task class: the lab's, used by calibration and `specproxy bench`.
+
+`specproxy bench` sends each run its own copy (``chat_body``'s ``word``): the names the answer
+writes renamed (``proxy.workload.rename_identifiers``), and the story's lighthouse keeper named,
+so no run meets an answer its engine generated for an earlier one.
+"""
 
 from __future__ import annotations
 
 from typing import Any, Final
 
-from proxy.workload import of_task
+from proxy.workload import of_task, rename_identifiers
 
 _LRU = """class LRUCache:
     def __init__(self, capacity):
@@ -40,6 +45,13 @@ REFERENCE_PROMPTS: dict[str, str] = {
 }
 
 
+# The names each reference prompt's answer writes: what a run's copy renames. The story has none:
+# its copy names the lighthouse keeper, whom the story then names.
+_REFERENCE_NAMES: Final = {
+    "code": ("LRUCache", "get", "put"),
+    "echo": ("LRUCache", "get", "put", "items", "order"),
+}
+
 # `specproxy bench`'s echo-heavy row: a whole-file edit of a real module in the shape editing
 # assistants send (the workload's rename in the 166-line colorsys.py, as in FACTS.md's table).
 EDIT_TASK: Final = "edit"
@@ -47,19 +59,31 @@ _EDIT_FILE: Final = "Lib/colorsys.py\n"
 BENCH_TASKS: Final = (*REFERENCE_PROMPTS, EDIT_TASK)
 
 
-def _messages(task: str) -> list[dict[str, str]]:
+def _messages(task: str, word: str | None) -> list[dict[str, str]]:
     if task == EDIT_TASK:
         edits = [r for r in of_task("echo") if r.kind == "whole-file edit"]
-        return next(r.messages for r in edits if r.messages[-1]["content"].startswith(_EDIT_FILE))
-    return [{"role": "user", "content": REFERENCE_PROMPTS[task]}]
+        edit = next(r for r in edits if r.messages[-1]["content"].startswith(_EDIT_FILE))
+        return (edit if word is None else edit.renamed(word)).messages
+    prompt = REFERENCE_PROMPTS[task]
+    if word is not None and task in _REFERENCE_NAMES:
+        prompt = rename_identifiers(prompt, _REFERENCE_NAMES[task], word)
+    elif word is not None:
+        prompt += f" Il guardiano del faro si chiama {word.capitalize()}."
+    return [{"role": "user", "content": prompt}]
 
 
 def chat_body(
-    task: str, max_tokens: int, temperature: float = 0.0, seed: int = 42
+    task: str,
+    max_tokens: int,
+    temperature: float = 0.0,
+    seed: int = 42,
+    word: str | None = None,
 ) -> dict[str, Any]:
-    """An OpenAI chat request for a bench task's reference prompt (``BENCH_TASKS``)."""
+    """An OpenAI chat request for a bench task's reference prompt (``BENCH_TASKS``); with a
+    word (``proxy.workload.fresh_word``), a copy of it no other word gives: the names its answer
+    writes renamed, the story's keeper named."""
     return {
-        "messages": _messages(task),
+        "messages": _messages(task, word),
         "max_tokens": max_tokens,
         "temperature": temperature,
         "seed": seed,

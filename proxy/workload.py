@@ -23,15 +23,24 @@ calibration requests, or on requests another mode has just sent, rewards history
 Its echo requests are whole-file and search/replace edits generated for each function of four
 other standard-library modules; its code and prose requests ask to implement, or to explain,
 documented functions of the standard library (their signatures and docstrings).
+
+``WorkloadRequest.renamed`` makes a request new to an engine that has served it: the names its
+answer must write (the function an edit changes and the names the edit gives, a function to
+implement and its parameters, the alias a question's function goes by) take a made-up suffix
+(``fresh_word``), so the answer differs wherever it names them, and ngram-mod finds no answer it
+generated before to copy. A benchmark that sends one prompt to several modes sharing an engine
+renames it per mode (issue 45 measured the copy: an identical whole-file edit after plain's
+answer drafted 458 of 502 tokens accepted, 2.6x plain).
 """
 
 from __future__ import annotations
 
 import ast
 import itertools
+import re
 import sysconfig
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -58,14 +67,64 @@ SEARCH_REPLACE_SYSTEM: Final = (
 )
 
 
+# Syllables of the made-up words: consonant and vowel, so a word reads as one (and tokenizes
+# into a few pieces, as a real identifier does).
+_SYLLABLES: Final = tuple(c + v for c in "bdfgklmnprstvz" for v in "aeiou")
+
+
+def fresh_word(n: int) -> str:
+    """A made-up lowercase word of three syllables or more, a different one for every n >= 0."""
+    base = len(_SYLLABLES)
+    # n's digits in base 70 behind a leading one: never two n the same word.
+    n += base * base
+    syllables: list[str] = []
+    while n:
+        n, digit = divmod(n, base)
+        syllables.append(_SYLLABLES[digit])
+    return "".join(reversed(syllables))
+
+
+# Code in Markdown: a fenced block or an inline span.
+_CODE: Final = re.compile(r"```.*?```|`[^`\n]+`", re.DOTALL)
+
+
+def rename_identifiers(
+    text: str, names: Iterable[str], word: str, *, code_only: bool = False
+) -> str:
+    """text with each of names suffixed ``_word`` wherever it is an identifier or begins one.
+
+    ``name``, ``self.name(`` and ``name_impl`` become ``name_word``, ``self.name_word(`` and
+    ``name_word_impl``; ``rename`` and ``_name`` stay. Case counts. With code_only, only in
+    Markdown code (fenced blocks, `spans`), for names that are English words too ("which").
+    """
+    ordered = sorted(set(names), key=len, reverse=True)
+    if not ordered:
+        return text
+    alternatives = "|".join(map(re.escape, ordered))
+    pattern = re.compile(rf"(?<![A-Za-z0-9_])({alternatives})(?![A-Za-z0-9])")
+
+    def rename(code: str) -> str:
+        return pattern.sub(lambda m: f"{m.group(1)}_{word}", code)
+
+    return _CODE.sub(lambda m: rename(m.group(0)), text) if code_only else rename(text)
+
+
 @dataclass(frozen=True)
 class WorkloadRequest:
-    """One request of the workload: its task class, kind, endpoint and body (no sampling)."""
+    """One request of the workload: its task class, kind, endpoint and body (no sampling).
+
+    ``names`` are the identifiers its answer must write, which ``renamed`` renames (with
+    ``names_in_code_only``, in the request's Markdown code only); where ``imported_from`` names a
+    module, they are that module's real functions, which ``renamed`` gives an alias instead.
+    """
 
     task: str
     kind: str
     path: str
     body: dict[str, Any] = field(hash=False)
+    names: tuple[str, ...] = ()
+    names_in_code_only: bool = False
+    imported_from: str = ""
 
     def with_sampling(
         self, max_tokens: int, temperature: float = 0.0, seed: int = 42
@@ -79,6 +138,40 @@ class WorkloadRequest:
         """The chat messages (empty for ``/infill`` bodies)."""
         return list(self.body.get("messages", []))
 
+    def renamed(self, word: str) -> WorkloadRequest:
+        """The same request with its names suffixed ``_word`` (``fresh_word``): the same task
+        and size, but an answer that differs wherever it names them.
+
+        Only what the user sends changes (user messages, the infill prefix and suffix); a
+        system prompt stays, as a client's would. A question about a real function asks about
+        it under an alias, to be used in the answer.
+        """
+        if not self.names:
+            raise ValueError(f"this {self.kind} request names nothing its answer must write")
+
+        def fresh(text: str) -> str:
+            if not self.imported_from:
+                return rename_identifiers(text, self.names, word, code_only=self.names_in_code_only)
+            for name in self.names:
+                alias = f"{name}_{word}"
+                text = text.replace(f"{self.imported_from}.{name}", alias) + (
+                    f" In my code it is imported as {alias} (`from {self.imported_from} import "
+                    f"{name} as {alias}`), so call it {alias} in your answer."
+                )
+            return text
+
+        if self.path == "/infill":
+            body = {k: fresh(v) if k.startswith("input_") else v for k, v in self.body.items()}
+        else:
+            body = {
+                **self.body,
+                "messages": [
+                    {**m, "content": fresh(m["content"])} if m["role"] == "user" else m
+                    for m in self.messages
+                ],
+            }
+        return replace(self, body=body)
+
     def prompt_chars(self) -> int:
         """Characters the model must read: messages, or the infill prefix and suffix."""
         if self.path == "/infill":
@@ -86,18 +179,21 @@ class WorkloadRequest:
         return sum(len(m["content"]) for m in self.messages)
 
 
-# (module, edit instruction, names the file must define for the instruction to make sense)
+# (module, edit instruction, names the file must define for the instruction to make sense,
+# names the answer writes: what ``WorkloadRequest.renamed`` renames)
 _WHOLE_FILE_EDITS: Final = (
     (
         "nturl2path.py",
         "Rename the parameter url of url2pathname to url_path, and the parameter p of "
         "pathname2url to path. Change nothing else.",
         ("url2pathname", "pathname2url"),
+        ("url2pathname", "pathname2url", "url_path"),
     ),
     (
         "bisect.py",
         "Add type hints to insort_right and bisect_right (a: list, x, lo: int, hi: int | None, "
         "key). Change nothing else.",
+        ("insort_right", "bisect_right"),
         ("insort_right", "bisect_right"),
     ),
     (
@@ -105,17 +201,20 @@ _WHOLE_FILE_EDITS: Final = (
         "Rename the function rgb_to_hls to rgb_to_hsl everywhere in this module, including "
         "__all__ and any callers.",
         ("rgb_to_hls",),
+        ("rgb_to_hls", "rgb_to_hsl"),
     ),
     (
         "genericpath.py",
         "Add a private helper _stat(filename) that returns os.stat(filename), and use it in "
         "getsize, getmtime, getatime and getctime instead of calling os.stat directly.",
         ("getsize", "getmtime", "getatime", "getctime"),
+        ("getsize", "getmtime", "getatime", "getctime", "_stat"),
     ),
     (
         "linecache.py",
         "Rename the parameter module_globals to globals_dict in every function that takes it.",
         ("getline", "getlines", "updatecache"),
+        ("module_globals", "globals_dict"),
     ),
 )
 _SEARCH_REPLACE_EDITS: Final = (
@@ -123,25 +222,30 @@ _SEARCH_REPLACE_EDITS: Final = (
         "tty.py",
         "Rename the parameter when to when_flag in setraw and setcbreak.",
         ("setraw", "setcbreak"),
+        ("setraw", "setcbreak", "when_flag"),
     ),
     (
         "fnmatch.py",
         "Add a one-line docstring to _compile_pattern.",
+        ("_compile_pattern",),
         ("_compile_pattern",),
     ),
     (
         "sched.py",
         "Make scheduler.empty() return len(self._queue) == 0 instead of not self._queue.",
         ("empty",),
+        ("empty",),
     ),
     (
         "reprlib.py",
         "Raise the default maxstring and maxother limits of Repr from 30 to 60.",
         ("repr1",),
+        ("maxstring", "maxother"),
     ),
     (
         "codeop.py",
         "In compile_command, rename the parameter symbol to mode and update its docstring.",
+        ("compile_command",),
         ("compile_command",),
     ),
 )
@@ -188,10 +292,12 @@ def _defines(source: str, names: tuple[str, ...]) -> bool:
     return set(names) <= defined
 
 
-def _edit(system: str, kind: str, module: str, source: str, instruction: str) -> WorkloadRequest:
+def _edit(
+    system: str, kind: str, module: str, source: str, instruction: str, names: tuple[str, ...]
+) -> WorkloadRequest:
     user = f"Lib/{module}\n```python\n{source}```\n\n{instruction}"
     messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
-    return WorkloadRequest("echo", kind, "/v1/chat/completions", {"messages": messages})
+    return WorkloadRequest("echo", kind, "/v1/chat/completions", {"messages": messages}, names)
 
 
 def _chat(task: str, kind: str, question: str) -> WorkloadRequest:
@@ -211,7 +317,7 @@ def _fim(source: str, function: str) -> WorkloadRequest | None:
                 "input_prefix": "".join(lines[:cut]),
                 "input_suffix": "".join(lines[cut + _FIM_LINES :]),
             }
-            return WorkloadRequest("fim", "fill in the middle", "/infill", body)
+            return WorkloadRequest("fim", "fill in the middle", "/infill", body, (function,))
     return None
 
 
@@ -223,10 +329,10 @@ def workload() -> tuple[WorkloadRequest, ...]:
         (_WHOLE_FILE_EDITS, WHOLE_FILE_SYSTEM, "whole-file edit"),
         (_SEARCH_REPLACE_EDITS, SEARCH_REPLACE_SYSTEM, "search/replace edit"),
     ):
-        for module, instruction, names in edits:
+        for module, instruction, defined, written in edits:
             source = stdlib_file(module)
-            if source is not None and _defines(source, names):
-                requests.append(_edit(system, kind, module, source, instruction))
+            if source is not None and _defines(source, defined):
+                requests.append(_edit(system, kind, module, source, instruction, written))
     requests += [_chat("code", "new code", q) for q in _NEW_CODE]
     requests += [_chat("prose", "technical question", q) for q in _QUESTIONS]
     for module, function in _FIM_CUTS:
@@ -272,21 +378,24 @@ def _functions(source: str) -> list[ast.FunctionDef]:
     return [d for d in defs if not d.name.startswith("__") and id(d) not in nested]
 
 
-def _edit_instructions(function: ast.FunctionDef) -> Iterator[str]:
-    """Small changes an editing assistant is asked for, about one function."""
+def _edit_instructions(function: ast.FunctionDef) -> Iterator[tuple[str, tuple[str, ...]]]:
+    """Small changes an editing assistant is asked for, about one function, each with the
+    names the changed lines write (``{name}_impl`` is renamed with ``{name}``)."""
     name = function.name
-    yield f"Add type hints to {name}. Change nothing else."
+    yield f"Add type hints to {name}. Change nothing else.", (name,)
     if ast.get_docstring(function) is None:
-        yield f"Add a one-line docstring to {name}."
+        yield f"Add a one-line docstring to {name}.", (name,)
     else:
-        yield f"Replace the docstring of {name} with a one-line summary."
-    yield f"Rename {name} to {name}_impl everywhere in this file, callers included."
+        yield f"Replace the docstring of {name} with a one-line summary.", (name,)
+    yield f"Rename {name} to {name}_impl everywhere in this file, callers included.", (name,)
     for arg in function.args.args:
         if arg.arg not in ("self", "cls"):
-            yield f"Rename the parameter {arg.arg} of {name} to {arg.arg}_value."
+            instruction = f"Rename the parameter {arg.arg} of {name} to {arg.arg}_value."
+            yield instruction, (name, f"{arg.arg}_value")
     yield (
         f"At the start of {name}, log the call at debug level with a module logger (add "
-        "`import logging` and `logger = logging.getLogger(__name__)` after the imports)."
+        "`import logging` and `logger = logging.getLogger(__name__)` after the imports).",
+        (name, "logger"),
     )
 
 
@@ -299,14 +408,17 @@ def _pool_edits() -> Iterator[WorkloadRequest]:
             continue
         edits: list[WorkloadRequest] = []
         # Methods of two classes can share a name (parse), and then an instruction.
-        instructions = dict.fromkeys(i for f in _functions(source) for i in _edit_instructions(f))
-        for i, instruction in enumerate(instructions):
+        instructions: dict[str, tuple[str, ...]] = {}
+        for function in _functions(source):
+            for instruction, names in _edit_instructions(function):
+                instructions.setdefault(instruction, names)
+        for i, (instruction, names) in enumerate(instructions.items()):
             system, kind = (
                 (WHOLE_FILE_SYSTEM, "whole-file edit")
                 if i % 2 == 0
                 else (SEARCH_REPLACE_SYSTEM, "search/replace edit")
             )
-            edits.append(_edit(system, kind, module, source, instruction))
+            edits.append(_edit(system, kind, module, source, instruction, names))
         per_file.append(edits)
     yield from _round_robin(per_file)
 
@@ -328,13 +440,26 @@ def _documented_functions() -> Iterator[tuple[str, ast.FunctionDef, str]]:
     yield from _round_robin(per_module)
 
 
+# Parameters this short are words of the docstrings too ("a", "s"): renaming them would garble
+# the text rather than the code.
+_SHORTEST_RENAMED_PARAMETER: Final = 3
+
+
 def _new_code(module: str, function: ast.FunctionDef, doc: str) -> WorkloadRequest:
     signature = f"{function.name}({ast.unparse(function.args)})"
     question = (
         f"Implement `{signature}` in Python from this docstring, with type hints, without "
         f"importing `{module}`:\n\n{doc}"
     )
-    return _chat("code", "new code", question)
+    a = function.args
+    parameters = [*a.posonlyargs, *a.args, *a.kwonlyargs, *filter(None, (a.vararg, a.kwarg))]
+    # The function and its parameters: the body an answer writes uses the parameters throughout.
+    names = (
+        function.name,
+        *(p.arg for p in parameters if len(p.arg) >= _SHORTEST_RENAMED_PARAMETER),
+    )
+    # In the signature only: a docstring's words can be names too ("return the path which").
+    return replace(_chat("code", "new code", question), names=names, names_in_code_only=True)
 
 
 def _question(module: str, function: ast.FunctionDef, index: int) -> WorkloadRequest:
@@ -346,7 +471,8 @@ def _question(module: str, function: ast.FunctionDef, index: int) -> WorkloadReq
         else f"How does {name} handle edge cases and errors? A short explanation in prose is "
         "enough."
     )
-    return _chat("prose", "technical question", question)
+    request = _chat("prose", "technical question", question)
+    return replace(request, names=(function.name,), imported_from=module)
 
 
 @cache

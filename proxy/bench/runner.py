@@ -1,9 +1,16 @@
-"""Runs each variant alone on the machine and measures the reference prompts on it."""
+"""Runs each variant alone on the machine and measures the reference prompts on it.
+
+Every variant gets a llama-server of its own, started for it: no variant meets an answer another
+one generated. Within it, each run (task, temperature, repeat) and the warm-up send their own
+copy of the prompt (``chat_body``'s word), the same copies in every variant: ngram-mod remembers
+every answer its process generated and would copy an earlier run's back (issue 45).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -19,6 +26,7 @@ from proxy.config import Settings
 from proxy.llamacpp import METRIC_PREFIX, Timings, metric_value
 from proxy.log import get_logger
 from proxy.prompts import chat_body
+from proxy.workload import fresh_word
 
 log = get_logger("bench")
 
@@ -57,12 +65,16 @@ async def _counter(session: aiohttp.ClientSession, base: str, name: str) -> floa
 
 
 async def _generate(
-    session: aiohttp.ClientSession, base: str, task: str, tokens: int, temperature: float
+    session: aiohttp.ClientSession,
+    base: str,
+    task: str,
+    tokens: int,
+    temperature: float,
+    word: str,
 ) -> tuple[dict[str, Any], float]:
     drafts_before = await _counter(session, base, "spec_decode_num_drafts_total")
-    async with session.post(
-        f"{base}/v1/chat/completions", json=chat_body(task, tokens, temperature)
-    ) as resp:
+    body = chat_body(task, tokens, temperature, word=word)
+    async with session.post(f"{base}/v1/chat/completions", json=body) as resp:
         resp.raise_for_status()
         body = await resp.json()
     drafts = await _counter(session, base, "spec_decode_num_drafts_total") - drafts_before
@@ -86,36 +98,38 @@ async def run_variant(
         aiohttp.ClientSession(timeout=timeout) as session,
         _serving(variant, spec, settings, session) as base_url,
     ):
-        # One short warm-up so page faults and caches do not land on the first measurement.
-        await _generate(session, base_url, tasks[0], 8, 0.0)
-        for task in tasks:
-            for temperature in temperatures:
-                for _ in range(repeats):
-                    start = time.monotonic()
-                    body, drafts = await _generate(session, base_url, task, tokens, temperature)
-                    timings = Timings.parse(body.get("timings"))
-                    run = Run(
-                        variant=variant.label,
-                        task=task,
-                        temperature=temperature,
-                        tokens_per_s=timings.tokens_per_s,
-                        predicted_n=timings.predicted_n,
-                        draft_n=timings.draft_n,
-                        accepted=timings.draft_n_accepted,
-                        drafts=int(drafts),
-                        text=body["choices"][0]["message"].get("content") or "",
-                        sweep=variant.sweep,
-                    )
-                    runs.append(run)
-                    log.info(
-                        "bench",
-                        variant=variant.label,
-                        task=task,
-                        temperature=temperature,
-                        tokens_per_s=round(run.tokens_per_s, 1),
-                        acceptance=run.acceptance and round(run.acceptance, 3),
-                        wall_s=round(time.monotonic() - start, 1),
-                    )
+        # One short warm-up so page faults and caches do not land on the first measurement; a
+        # copy of its own (word 0), as each run has (1, 2, ... in the same order everywhere).
+        await _generate(session, base_url, tasks[0], 8, 0.0, fresh_word(0))
+        plan = itertools.product(tasks, temperatures, range(repeats))
+        for n, (task, temperature, _) in enumerate(plan, 1):
+            start = time.monotonic()
+            body, drafts = await _generate(
+                session, base_url, task, tokens, temperature, fresh_word(n)
+            )
+            timings = Timings.parse(body.get("timings"))
+            run = Run(
+                variant=variant.label,
+                task=task,
+                temperature=temperature,
+                tokens_per_s=timings.tokens_per_s,
+                predicted_n=timings.predicted_n,
+                draft_n=timings.draft_n,
+                accepted=timings.draft_n_accepted,
+                drafts=int(drafts),
+                text=body["choices"][0]["message"].get("content") or "",
+                sweep=variant.sweep,
+            )
+            runs.append(run)
+            log.info(
+                "bench",
+                variant=variant.label,
+                task=task,
+                temperature=temperature,
+                tokens_per_s=round(run.tokens_per_s, 1),
+                acceptance=run.acceptance and round(run.acceptance, 3),
+                wall_s=round(time.monotonic() - start, 1),
+            )
     return runs
 
 
