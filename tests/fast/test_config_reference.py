@@ -15,7 +15,7 @@ DOC = ROOT / "docs" / "configuration.md"
 
 def test_the_documented_reference_is_the_generated_one() -> None:
     text = DOC.read_text()
-    assert text == updated(text), "docs/configuration.md is stale: run scripts/config_reference.py"
+    assert text == updated(text), "docs/configuration.md is stale: run scripts/references.py"
 
 
 def test_every_setting_appears_with_its_default() -> None:

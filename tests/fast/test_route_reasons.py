@@ -280,6 +280,6 @@ def test_every_reason_is_provoked_or_documented_as_impossible_on_the_default() -
 
 def test_the_documented_reasons_are_the_generated_ones() -> None:
     text = DOC.read_text()
-    assert text == updated(text), "docs/routing.md is stale: run scripts/reasons_reference.py"
+    assert text == updated(text), "docs/routing.md is stale: run scripts/references.py"
     for reason in get_args(RouteReason):
         assert f"| `{reason}` |" in markdown()
