@@ -84,7 +84,7 @@ def _backends(backends: Sequence[Strategy]) -> str:
                 b.spec.config.kind,
                 b.engine.device.name,
                 # Backends sharing one llama-server name the same engine.
-                b.engine,
+                b.engine.name,
                 where,
                 b.in_flight,
                 b.engine.queued,
