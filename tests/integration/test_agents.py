@@ -192,16 +192,13 @@ def recording_proxy(tmp_path: Path) -> Iterator[RunningProxy]:
         yield running
 
 
-# Later messages of one Qwen Code session, each run continuing the last (`--continue`), so a
-# turn the 0.5B ends without a tool call still leads to another main turn.
-QWEN_FOLLOW_UPS = (
-    "Now add a docstring to greet.",
-    "Now add a function farewell(name) that returns 'Bye, ' + name + '!'.",
-)
+# A later message of the same Qwen Code session, continuing the last run (`--continue`), so a
+# turn the 0.5B ends without a tool call still leads to another main turn. One follow-up, not
+# two: each run processes a 9 k-token memory prompt, and a third run took CI past 20 minutes.
+QWEN_FOLLOW_UPS = ("Now add a docstring to greet.",)
 
 
-# Three runs, each processing a 9 k-token memory prompt; 8.4 min on the 0.5B here.
-@pytest.mark.timeout(3 * RUN_TIMEOUT_S)
+@pytest.mark.timeout(2 * RUN_TIMEOUT_S)
 def test_qwen_code_finds_its_prompt_cached_after_its_side_requests(
     recording_proxy: RunningProxy, tmp_path: Path
 ) -> None:
@@ -226,7 +223,7 @@ def test_qwen_code_finds_its_prompt_cached_after_its_side_requests(
     print(f"\nqwen-code requests (tools, prompt, cached, class, route): {summary}")
     main = [r for r in seen if tools(r) >= 10]
     side = [r for r in seen if tools(r) < 10]
-    assert len(main) >= 3 and side, summary
+    assert len(main) >= 2 and side, summary
     for before, after in itertools.pairwise(main):
         previous, cached = before["prompt_tokens"], after["cached_tokens"]
         assert isinstance(previous, int) and isinstance(cached, int)

@@ -188,7 +188,9 @@ def test_auto_requests_arriving_together_never_split_the_device(
         # for a slot of the backend the device ran).
         first = {r[0] for r in answers if r[3] == 0}
         assert len(first) == 1, answers
+        # `affinity`: each round asks the same prompts again, held by the backend that answered.
         assert routes <= {
+            "affinity",
             "fastest",
             "within_margin",
             "join_batch",
