@@ -23,8 +23,12 @@ rather than restarted: a restart would also empty what ngram-mod learnt from ear
 which auto's engine keeps, and copies cost nothing. ``--identical-prompts`` sends every mode
 the same text, to measure that copying.
 
+``--runs N`` repeats the whole benchmark N times, each run with new proxies, new backends, a
+new calibration and copies of the prompts no earlier run sent; it prints each run's summary and
+then the tables over all runs' requests, whose bootstrap intervals resample every request.
+
     .venv/bin/python scripts/routing_benchmark.py [--config FILE] [--tokens 256] \
-        [--echo 8 --code 4 --prose 4] [--identical-prompts]
+        [--echo 8 --code 4 --prose 4] [--identical-prompts] [--runs 1]
 """
 
 from __future__ import annotations
@@ -115,15 +119,19 @@ def bootstrap(auto: list[Sample], pinned: list[Sample], rounds: int = 2000) -> t
 
 
 def mode_messages(
-    jobs: list[tuple[str, WorkloadRequest]], modes: list[str], identical: bool = False
+    jobs: list[tuple[str, WorkloadRequest]],
+    modes: list[str],
+    identical: bool = False,
+    run: int = 0,
 ) -> dict[str, list[Messages]]:
     """What each mode sends for each job: a copy of its own (``renamed`` with a word no other
-    mode and job gets), or with identical, the job's own text."""
+    mode, job and run gets), or with identical, the job's own text."""
+    first = run * len(jobs) * len(modes)
     return {
         mode: [
             request.messages
             if identical
-            else request.renamed(fresh_word(i * len(modes) + m)).messages
+            else request.renamed(fresh_word(first + i * len(modes) + m)).messages
             for i, (_, request) in enumerate(jobs)
         ]
         for m, mode in enumerate(modes)
@@ -136,6 +144,7 @@ def run_workload(
     jobs: list[tuple[str, WorkloadRequest]],
     tokens: int,
     identical: bool = False,
+    run: int = 0,
 ) -> dict[str, list[Sample]]:
     """Each prompt through `auto` on one proxy and pinned to every backend on another.
 
@@ -163,7 +172,7 @@ def run_workload(
         )
         backends = [m.id for m in pinned_client.models.list() if "auto" not in m.id]
         modes = ["auto", *backends]
-        sent = mode_messages(jobs, modes, identical)
+        sent = mode_messages(jobs, modes, identical, run)
         results: dict[str, list[Sample]] = {mode: [] for mode in modes}
         for i, (task, _) in enumerate(jobs):
             print(f"prompt {i + 1}/{len(jobs)}", file=sys.stderr)
@@ -192,22 +201,63 @@ def main() -> None:
         action="store_true",
         help="send every mode the same text (measures what an engine copies from another mode)",
     )
+    parser.add_argument(
+        "--runs", type=int, default=1, help="independent runs, each with its own calibration"
+    )
     args = parser.parse_args()
     tasks = ["echo", "code", "prose"]
     jobs = [(t, r) for t in tasks for r in measurement_pool(t)[: getattr(args, t)]]
     random.Random(1).shuffle(jobs)
-    results = run_workload(args.config, args.port, jobs, args.tokens, args.identical_prompts)
+    results: dict[str, list[Sample]] = {}
+    for run in range(args.runs):
+        print(f"run {run + 1}/{args.runs}", file=sys.stderr)
+        measured = run_workload(
+            args.config, args.port, jobs, args.tokens, args.identical_prompts, run
+        )
+        if args.runs > 1:
+            print(f"run {run + 1}: {summary(measured, tasks)}", flush=True)
+        for mode, samples in measured.items():
+            results.setdefault(mode, []).extend(samples)
+    report(results, tasks, args.tokens, args.identical_prompts, args.runs)
+
+
+def oracle_of(results: dict[str, list[Sample]], tasks: list[str]) -> tuple[dict[str, str], float]:
+    """The best pinned backend per class, and the speed of sending each class to its best."""
     backends = [m for m in results if m != "auto"]
+    best = {
+        t: max(backends, key=lambda b: tps([s for s in results[b] if s.task == t])) for t in tasks
+    }
+    return best, tps([s for t in tasks for s in results[best[t]] if s.task == t])
+
+
+def summary(results: dict[str, list[Sample]], tasks: list[str]) -> str:
+    """One run in a line: auto against the oracle and against each pinned backend."""
+    _, oracle = oracle_of(results, tasks)
+    auto = tps(results["auto"])
+    pinned = ", ".join(
+        f"/ {b} {auto / tps(samples):.3f}" for b, samples in results.items() if b != "auto"
+    )
+    return f"auto {auto:.1f} t/s = {auto / oracle:.1%} of the oracle; {pinned}"
+
+
+def report(
+    results: dict[str, list[Sample]],
+    tasks: list[str],
+    tokens: int,
+    identical: bool,
+    runs: int,
+) -> None:
+    """The tables, the choices and the intervals over every request measured."""
+    backends = [m for m in results if m != "auto"]
+    jobs = len(results["auto"])
 
     def of(mode: str, task: str) -> list[Sample]:
         return [s for s in results[mode] if s.task == task]
 
-    best = {t: max(backends, key=lambda b: tps(of(b, t))) for t in tasks}
-    oracle = tps([s for t in tasks for s in of(best[t], t)])
-    print(
-        f"\n{len(jobs)} requests per mode, {args.tokens} max tokens, temperature 0, single stream"
-    )
-    print(f"{TEXT_NOTE[args.identical_prompts]}\n")
+    best, oracle = oracle_of(results, tasks)
+    over = f" over {runs} runs" if runs > 1 else ""
+    print(f"\n{jobs} requests per mode{over}, {tokens} max tokens, temperature 0, single stream")
+    print(f"{TEXT_NOTE[identical]}\n")
     print("| mode | " + " | ".join(f"{t} t/s" for t in tasks) + " | overall t/s | vs oracle |")
     print("| --- | " + " | ".join("---:" for _ in tasks) + " | ---: | ---: |")
     for mode in [*backends, "auto"]:

@@ -23,7 +23,7 @@ from proxy.workload import (
     of_task,
     rename_identifiers,
 )
-from scripts.routing_benchmark import mode_messages
+from scripts.routing_benchmark import Sample, mode_messages, report, summary
 from scripts.session_benchmark import one_per_engine
 
 MODES = ("auto", "plain", "draft", "ngram")
@@ -155,6 +155,14 @@ def test_routing_benchmark_modes_each_send_their_own_copy() -> None:
     assert not texts & {repr(r.messages) for _, r in jobs}
     identical = mode_messages(jobs, list(MODES), identical=True)
     assert all(identical[mode] == [r.messages for _, r in jobs] for mode in MODES)
+    # --runs: a later run's copies are new again, so no run's engine met an earlier run's text.
+    later = {
+        repr(m)
+        for run in (1, 2)
+        for s in mode_messages(jobs, list(MODES), run=run).values()
+        for m in s
+    }
+    assert len(later) == 2 * len(texts) and not later & texts
 
 
 def test_a_locust_run_that_uses_up_its_slice_sends_it_again_renamed() -> None:
@@ -177,3 +185,24 @@ def test_session_benchmark_restarts_each_engine_once() -> None:
         "old": {"state": "ready"},
     }
     assert one_per_engine(health) == ["plain", "draft", "old"]
+
+
+def test_routing_benchmark_pools_runs_and_says_how_many(capsys: pytest.CaptureFixture[str]) -> None:
+    def run(speed: dict[str, float]) -> dict[str, list[Sample]]:
+        return {
+            mode: [
+                Sample(task, mode, "fastest", 100, 100 / speed[mode]) for task in ("echo", "prose")
+            ]
+            for mode in ("auto", "plain", "ngram")
+        }
+
+    one, two = (
+        run({"auto": 30, "plain": 20, "ngram": 40}),
+        run({"auto": 40, "plain": 20, "ngram": 40}),
+    )
+    assert summary(one, ["echo", "prose"]).startswith("auto 30.0 t/s = 75.0% of the oracle")
+    pooled = {mode: one[mode] + two[mode] for mode in one}
+    report(pooled, ["echo", "prose"], 256, False, 2)
+    out = capsys.readouterr().out
+    assert "4 requests per mode over 2 runs" in out
+    assert "auto = 85.7% of the oracle" in out
