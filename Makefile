@@ -32,7 +32,7 @@ serve: provision
 test: $(STAMP) test-deps
 	$(BIN)/specproxy --config tests/configs/test.yaml provision qwen2.5-coder-0.5b
 	./scripts/install-agents.sh
-	$(BIN)/pytest -ra $(PYTEST_ARGS)
+	$(BIN)/pytest -ra --durations=25 $(PYTEST_ARGS)
 
 # The in-process tier, tests/fast/: no llama-server, no models, seconds (the same tests as
 # `pytest -m "not integration"`: tests/conftest.py marks tests/integration/ `integration`).

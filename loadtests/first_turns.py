@@ -47,6 +47,7 @@ class Seen:
     done: bool = False
     cached_tokens: int | None = None
     prompt_tokens: int | None = None
+    body: dict[str, object] = field(default_factory=dict)
 
     def note_cache(self, text: bytes) -> None:
         """Note the last cache figures `text` carries."""
@@ -68,9 +69,9 @@ class Relay:
             body = json.loads(raw) if raw else {}
         except ValueError:
             body = {}
-        seen = Seen(
-            request.path, bool(isinstance(body, dict) and body.get("tools")), time.monotonic()
-        )
+        if not isinstance(body, dict):
+            body = {}
+        seen = Seen(request.path, bool(body.get("tools")), time.monotonic(), body=body)
         self.seen.append(seen)
         headers = {
             k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")
