@@ -13,7 +13,12 @@ from proxy.llamacpp import DEFAULT_DRAFT_N_MAX
 BackendKind = Literal["plain", "draft-simple", "ngram", "draft-ngram", "draft-mtp"]
 # The kinds that draft with a separate draft model.
 DRAFT_MODEL_KINDS = ("draft-simple", "draft-ngram")
-NgramVariant = Literal["ngram-simple", "ngram-mod", "ngram-map-k", "ngram-map-k4v", "ngram-cache"]
+# copy-json (specproxy's build): copies from the conversation's text through JSON escaping.
+NgramVariant = Literal[
+    "ngram-simple", "ngram-mod", "ngram-map-k", "ngram-map-k4v", "ngram-cache", "copy-json"
+]
+# The speculators that draft only for a request naming them (speculative.types).
+NAMED_ONLY_SPECULATORS = ("copy-json",)
 GpuLayers = int | Literal["auto", "all"]
 # `auto` and `auto-<task class>` route; a backend may not take such a name.
 _ROUTING_ID_RE = re.compile(r"^auto(-.*)?$")
@@ -40,7 +45,8 @@ class BackendConfig(BaseModel):
     ngram_variant: NgramVariant = Field(
         default="ngram-mod",
         description="the n-gram speculator: `ngram-mod`, `ngram-simple`, `ngram-map-k`, "
-        "`ngram-map-k4v`, `ngram-cache`",
+        "`ngram-map-k4v`, `ngram-cache`, or specproxy's `copy-json` (copies the conversation's "
+        "text into JSON strings and out of them; docs/speculation.md)",
     )
     model: str | None = Field(
         default=None, description="catalog model name or path to a .gguf file (target model)"

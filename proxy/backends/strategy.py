@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+from proxy.backend_config import NAMED_ONLY_SPECULATORS
 from proxy.backends.engine import Engine, Placement, Settled, SlotUse
 from proxy.backends.launch import LaunchSpec
 
@@ -42,11 +43,13 @@ class Strategy:
     @property
     def speculation(self) -> dict[str, Any]:
         """The fields each request carries to choose its speculation on a shared engine: its
-        speculators alone, at its draft length; none for plain decoding. Empty on an engine of
-        its own, which runs this speculation for every request."""
-        if not self.shares:
-            return {}
+        speculators alone, at its draft length; none for plain decoding. On an engine of its
+        own, which runs its speculation for every request, only a speculator that drafts for
+        requests naming it alone (copy-json) is named."""
         speculators = self.spec.config.speculators
+        if not self.shares:
+            named_only = any(s in NAMED_ONLY_SPECULATORS for s in speculators)
+            return {"speculative.types": speculators} if named_only else {}
         if not speculators:
             return {"speculative.n_max": 0}
         fields: dict[str, Any] = {"speculative.types": speculators}

@@ -121,7 +121,8 @@ def test_argv_draft_simple() -> None:
 
 
 @pytest.mark.parametrize(
-    "variant", ["ngram-simple", "ngram-mod", "ngram-map-k", "ngram-map-k4v", "ngram-cache"]
+    "variant",
+    ["ngram-simple", "ngram-mod", "ngram-map-k", "ngram-map-k4v", "ngram-cache", "copy-json"],
 )
 def test_argv_ngram_variants(variant: str) -> None:
     argv = _argv(kind="ngram", ngram_variant=variant)

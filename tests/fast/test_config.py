@@ -225,3 +225,27 @@ def test_one_requests_context_is_the_whole_cache_when_slots_share_it() -> None:
     tight = calibration_requests("echo", 3, split.request_context - 256)
     assert [r.kind for r in roomy].count("whole-file edit") == 2
     assert [r.kind for r in tight] == ["search/replace edit"]
+
+
+def test_copy_json_is_named_by_every_request_even_on_an_engine_of_its_own(
+    tmp_path: Path,
+) -> None:
+    """copy-json drafts only for requests naming it (its patch), so its strategy always names
+    it; ngram-mod on a process of its own runs for every request unnamed, as upstream."""
+    from proxy.backends.launch import LaunchSpec
+    from proxy.backends.strategy import Strategy
+
+    settings = load_settings(
+        write(
+            tmp_path,
+            "backends:\n"
+            "  - {name: copy, kind: ngram, ngram_variant: copy-json, model: a.gguf}\n"
+            "  - {name: ngram, kind: ngram, model: a.gguf}\n",
+        )
+    )
+    copy, ngram = (
+        Strategy(LaunchSpec(config=b, our_build=True), engine=None)  # type: ignore[arg-type]
+        for b in settings.backends
+    )
+    assert copy.speculation == {"speculative.types": ["copy-json"]}
+    assert ngram.speculation == {}
