@@ -46,7 +46,7 @@ class BackendConfig(BaseModel):
         default="ngram-mod",
         description="the n-gram speculator: `ngram-mod`, `ngram-simple`, `ngram-map-k`, "
         "`ngram-map-k4v`, `ngram-cache`, or specproxy's `copy-json` (copies the conversation's "
-        "text into JSON strings and out of them; docs/speculation.md)",
+        "text into JSON strings and out of them; docs/configuration.md, section copy-json)",
     )
     model: str | None = Field(
         default=None, description="catalog model name or path to a .gguf file (target model)"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -232,6 +233,7 @@ def test_copy_json_is_named_by_every_request_even_on_an_engine_of_its_own(
 ) -> None:
     """copy-json drafts only for requests naming it (its patch), so its strategy always names
     it; ngram-mod on a process of its own runs for every request unnamed, as upstream."""
+    from proxy.backends.engine import Engine
     from proxy.backends.launch import LaunchSpec
     from proxy.backends.strategy import Strategy
 
@@ -243,8 +245,9 @@ def test_copy_json_is_named_by_every_request_even_on_an_engine_of_its_own(
             "  - {name: ngram, kind: ngram, model: a.gguf}\n",
         )
     )
+    # The speculation fields are the config's alone: no engine is asked.
     copy, ngram = (
-        Strategy(LaunchSpec(config=b, our_build=True), engine=None)  # type: ignore[arg-type]
+        Strategy(LaunchSpec(config=b, our_build=True), cast(Engine, None))
         for b in settings.backends
     )
     assert copy.speculation == {"speculative.types": ["copy-json"]}

@@ -126,7 +126,7 @@ def test_an_agent_killed_mid_prompt_frees_the_device_within_seconds(
 
 
 # Claude Code with three of its 25 tools (`--tools`): the same Messages requests, system blocks
-# and billing line, a 7 k-token first turn where all 25 make 19 k, which took 6 minutes of CI.
+# and billing line, a 2.4 k-token first turn where all 25 make 19 k, which took 6 minutes of CI.
 # Its whole default shape is replayed in test_agent_bodies.py and runs in the warm-start
 # benchmark (docs/agents.md).
 CLAUDE_TOOLS = "Read,Write,Edit"
