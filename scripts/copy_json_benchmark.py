@@ -40,7 +40,7 @@ MODES: dict[str, dict[str, object]] = {
     "ngram-mod": {"speculative.types": ["ngram-mod"]},
     "copy-json": {"speculative.types": ["copy-json"]},
 }
-FILES = ("colorsys.py", "bisect.py", "keyword.py", "glob.py", "fnmatch.py", "shlex.py")
+FILES = ("colorsys.py", "bisect.py", "fnmatch.py", "glob.py", "shlex.py")
 SYSTEM = (
     "You are a coding agent working in the user's repository. Change files only with the "
     "write_file tool, which writes a file's whole content."
