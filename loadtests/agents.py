@@ -132,11 +132,8 @@ def start(command: Command) -> subprocess.Popen[str]:
     )
 
 
-def claude_code(
-    base_url: str, root: Path, timeout: float, task: str = TASK, tools: str | None = None
-) -> Command:
-    """Claude Code with nothing but ANTHROPIC_BASE_URL: its own default model name. `tools`:
-    only these of its built-in tools (its `--tools`, e.g. "Read,Write,Edit"), all by default."""
+def claude_code(base_url: str, root: Path, timeout: float, task: str = TASK) -> Command:
+    """Claude Code with nothing but ANTHROPIC_BASE_URL: its own default model name."""
     env = {
         **_home(root),
         "ANTHROPIC_BASE_URL": base_url,
@@ -149,8 +146,6 @@ def claude_code(
     }
     argv = [str(NPM_BIN / "claude"), "-p", task, "--output-format", "stream-json", "--verbose"]
     argv += ["--max-turns", "3", "--permission-mode", "acceptEdits"]
-    if tools is not None:
-        argv += ["--tools", tools]
     return _command("claude-code", argv, root, env, timeout)
 
 

@@ -138,19 +138,12 @@ async def first_turn_s(
 
 
 async def first_turn(
-    name: str,
-    relay: Relay,
-    url: str,
-    root: Path,
-    task: str,
-    timeout: float,
-    driver: agents.Driver | None = None,
+    name: str, relay: Relay, url: str, root: Path, task: str, timeout: float
 ) -> Seen | None:
     """Run one agent session until its first turn is answered (then stop it); that turn, None
-    if it was not answered within `timeout` s. `driver`: the agent's command line, if not its
-    default one."""
+    if it was not answered within `timeout` s."""
     relay.seen.clear()
-    command = (driver or agents.COMMANDS[name])(url, root, timeout, task)
+    command = agents.COMMANDS[name](url, root, timeout, task)
     process = agents.start(command)
     deadline = time.monotonic() + timeout
     try:

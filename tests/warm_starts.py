@@ -12,7 +12,6 @@ from pathlib import Path
 
 import requests
 
-from loadtests import agents
 from loadtests.bare import BareServer
 from loadtests.first_turns import Relay, Seen, first_turn, relay_at
 from proxy.backends.launch import prepare_backend
@@ -38,7 +37,6 @@ def sessions(
     server: Server,
     restart: bool,
     workdir: Path,
-    driver: agents.Driver | None = None,
 ) -> list[Seen | None]:
     """Two sessions of the agent in one directory, a task of TASKS each, through a relay; each
     first turn. With `restart`, the server is stopped and started again between them."""
@@ -52,9 +50,7 @@ def sessions(
                     relay.upstream = upstream
                     for task in TASKS[start : start + 1] if restart else TASKS:
                         turns.append(
-                            await first_turn(
-                                agent, relay, url, workdir, task, TURN_TIMEOUT_S, driver
-                            )
+                            await first_turn(agent, relay, url, workdir, task, TURN_TIMEOUT_S)
                         )
         return turns
 

@@ -71,14 +71,11 @@ def requests_since(proxy: RunningProxy, offset: int) -> list[dict[str, object]]:
 
 
 def run_agent(
-    name: str, proxy: RunningProxy, tmp_path: Path, driver: agents.Driver | None = None
+    name: str, proxy: RunningProxy, tmp_path: Path
 ) -> tuple[agents.AgentRun, list[dict[str, object]]]:
     """Run one agent on the task and return its run and the requests it made."""
     offset = proxy.log_path.stat().st_size
-    if driver is None:
-        run = agents.run_agent(name, proxy.url, tmp_path, RUN_TIMEOUT_S)
-    else:
-        run = agents.run(driver(proxy.url, tmp_path, RUN_TIMEOUT_S), RUN_TIMEOUT_S)
+    run = agents.run_agent(name, proxy.url, tmp_path, RUN_TIMEOUT_S)
     seen = requests_since(proxy, offset)
     summary = [
         {k: r.get(k) for k in ("endpoint", "model", "status", "prompt_tokens", "ttft_s")}
@@ -125,20 +122,6 @@ def test_an_agent_killed_mid_prompt_frees_the_device_within_seconds(
     assert freed_s < 20 and not any(busy.values())
 
 
-# Claude Code with three of its 25 tools (`--tools`): the same Messages requests, system blocks
-# and billing line, a 2.4 k-token first turn where all 25 make 19 k, which took 6 minutes of CI.
-# Its whole default shape is replayed in test_agent_bodies.py and runs in the warm-start
-# benchmark (docs/agents.md).
-CLAUDE_TOOLS = "Read,Write,Edit"
-
-
-def claude_code(
-    base_url: str, root: Path, timeout: float, task: str = agents.TASK
-) -> agents.Command:
-    """Claude Code with CLAUDE_TOOLS."""
-    return agents.claude_code(base_url, root, timeout, task, tools=CLAUDE_TOOLS)
-
-
 @pytest.fixture(scope="module")
 def claude_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One work directory for the module's Claude Code sessions: the path is in its prompt."""
@@ -146,7 +129,7 @@ def claude_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_claude_code(agent_proxy: RunningProxy, claude_dir: Path) -> None:
-    run, seen = run_agent("claude-code", agent_proxy, claude_dir, claude_code)
+    run, seen = run_agent("claude-code", agent_proxy, claude_dir)
     assert_answered(run, seen, "messages")
     assert all(str(r["model"]).startswith("claude-") for r in seen), seen
     lines = run.json_lines()
@@ -167,13 +150,14 @@ def test_claude_code(agent_proxy: RunningProxy, claude_dir: Path) -> None:
 def test_claude_codes_next_session_with_another_task_finds_its_prompt_cached(
     agent_proxy: RunningProxy, claude_dir: Path, tmp_path: Path
 ) -> None:
-    """Two more sessions in test_claude_code's directory, the first with its task, the second
-    with another: Claude Code's first system block is a billing line hashed from the task
+    """Two more sessions in test_claude_code's directory, the first with its task (so it finds
+    that run's 19 k-token prompt cached, seconds, not minutes of CI), the second with another:
+    Claude Code's first system block is a billing line hashed from the task
     (proxy/api/billing_header.py), so the second finds everything before its task cached only
     through specproxy. The baseline is bare llama-server (the same binary, model and flags)
     sent the two first turns as Claude Code sent them, less their tools: the billing line comes
     before the tools, so where the two differ does not depend on them."""
-    proxied = sessions("claude-code", running(agent_proxy.url), False, claude_dir, claude_code)
+    proxied = sessions("claude-code", running(agent_proxy.url), False, claude_dir)
     assert proxied[0] is not None and proxied[1] is not None, describe(proxied)
     bodies = [without_tools(turn) for turn in proxied]
     assert bodies[0]["system"] != bodies[1]["system"], "the billing lines did not differ"
