@@ -115,6 +115,7 @@ def test_the_router_files_a_prompt_sample_under_the_engine_that_processed_it() -
     plain, ngram, _ = default_layout()
     for strategy, ms in ((plain, 40_000.0), (ngram, 40_000.0)):
         exchange = Exchange("chat", "r", task="prose")
+        # A routable stand-in where a Route holds a Strategy: record() reads its name and engine.
         exchange.route = Route(strategy, "fastest", 1, Cached(0, None))  # type: ignore[arg-type]
         timings = {"prompt_n": 3000, "prompt_ms": ms, "predicted_n": 64, "predicted_ms": 6400.0}
         exchange.measured = Measurement(status=200, timings=timings)

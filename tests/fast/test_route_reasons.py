@@ -209,6 +209,8 @@ def router_of(board: Scoreboard) -> Router:
 
 def pinned() -> None:
     plain, ngram, draft = default_layout()
+    # default_layout()'s stand-ins are routable backends, not Strategy objects: the router
+    # reads only what RoutableBackend has, which the ignores below are for.
     exchange = Exchange("chat", "r1", model="draft", pinned=draft, task="code")  # type: ignore[arg-type]
     route = router_of(board_of(plain=30)).route(exchange, [plain, ngram, draft], 100, None, True)  # type: ignore[list-item]
     assert (route.backend.name, route.reason) == ("draft", "pinned")
@@ -218,6 +220,7 @@ def least_busy() -> None:
     # A passthrough (tokenize) under `auto`: any backend, the one starting at once first.
     plain, ngram, draft = default_layout()
     decoding(plain, 1)
+    # A stand-in list where the router takes Strategy objects (see pinned()).
     exchange = Exchange("tokenize", "r1", generates=False, model=AUTO_MODEL)
     route = router_of(board_of()).route(exchange, [draft, plain, ngram], 0, None, True)  # type: ignore[list-item]
     assert (route.backend.name, route.reason) == ("ngram", "least_busy")
