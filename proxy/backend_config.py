@@ -217,6 +217,12 @@ class BackendConfig(BaseModel):
         return [] if self.spec_type is None else self.spec_type.split(",")
 
     @property
+    def names_its_speculators(self) -> bool:
+        """Whether its requests must name their speculators: one of them (copy-json) drafts only
+        for a request that does, even on a process of its own."""
+        return any(s in NAMED_ONLY_SPECULATORS for s in self.speculators)
+
+    @property
     def device_name(self) -> str:
         """The device this backend decodes on: configured, else derived from where it runs."""
         if self.device is not None:

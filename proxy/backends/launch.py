@@ -6,7 +6,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from proxy.backend_config import DRAFT_MODEL_KINDS, NAMED_ONLY_SPECULATORS, BackendConfig
+from proxy.backend_config import DRAFT_MODEL_KINDS, BackendConfig
 from proxy.config import Settings
 from proxy.gguf import GgufError, read_gguf_info, vocab_mismatch
 from proxy.provision.llama_patches import is_specproxy_build
@@ -198,11 +198,7 @@ def prepare_backends(settings: Settings) -> list[LaunchSpec]:
             f"own llama-server build (per-request speculation), and {binary} is another; unset "
             "`llama_server` (SPECPROXY_LLAMA_SERVER) or give each backend its own process"
         )
-    named_only = [
-        b.name
-        for b in settings.backends
-        if b.supervised and any(s in NAMED_ONLY_SPECULATORS for s in b.speculators)
-    ]
+    named_only = [b.name for b in settings.backends if b.supervised and b.names_its_speculators]
     if named_only and binary is not None and not is_specproxy_build(binary):
         raise BackendConfigError(
             f"backend {named_only[0]!r}: copy-json is a speculator of specproxy's own "

@@ -6,7 +6,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from proxy.backend_config import NAMED_ONLY_SPECULATORS
 from proxy.backends.engine import Engine, Placement, Settled, SlotUse
 from proxy.backends.launch import LaunchSpec
 
@@ -48,8 +47,9 @@ class Strategy:
         requests naming it alone (copy-json) is named."""
         speculators = self.spec.config.speculators
         if not self.shares:
-            named_only = any(s in NAMED_ONLY_SPECULATORS for s in speculators)
-            return {"speculative.types": speculators} if named_only else {}
+            return (
+                {"speculative.types": speculators} if self.spec.config.names_its_speculators else {}
+            )
         if not speculators:
             return {"speculative.n_max": 0}
         fields: dict[str, Any] = {"speculative.types": speculators}
