@@ -19,6 +19,16 @@ NgramVariant = Literal[
 ]
 # The speculators that draft only for a request naming them (speculative.types).
 NAMED_ONLY_SPECULATORS = ("copy-json",)
+# Each n-gram speculator's longest draft in llama.cpp (common_speculative_n_max): ngram-mod's
+# n_max, the map speculators' m-gram size; copy-json shares ngram-mod's.
+NGRAM_DRAFT_CAP = {
+    "ngram-simple": 48,
+    "ngram-mod": 64,
+    "ngram-map-k": 48,
+    "ngram-map-k4v": 48,
+    "ngram-cache": 8,
+    "copy-json": 64,
+}
 GpuLayers = int | Literal["auto", "all"]
 # `auto` and `auto-<task class>` route; a backend may not take such a name.
 _ROUTING_ID_RE = re.compile(r"^auto(-.*)?$")
@@ -199,6 +209,12 @@ class BackendConfig(BaseModel):
     def n_max(self) -> int:
         """Tokens drafted per step: the configured draft_n_max or llama-server's default."""
         return self.draft_n_max or DEFAULT_DRAFT_N_MAX
+
+    @property
+    def draft_cap(self) -> int:
+        """The longest draft its process makes (0 for plain decoding): a request may ask for a
+        shorter one, never a longer."""
+        return max((NGRAM_DRAFT_CAP.get(s, self.n_max) for s in self.speculators), default=0)
 
     @property
     def spec_type(self) -> str | None:

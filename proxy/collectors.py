@@ -11,6 +11,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 
 from proxy.backends.devices import Device
 from proxy.backends.strategy import Strategy
+from proxy.routing.draft_length import DraftLengths
 from proxy.routing.scoreboard import Scoreboard
 
 
@@ -44,6 +45,33 @@ class ScoreboardCollector:
             if est.acceptance is not None:
                 acceptance.add_metric(key, est.acceptance)
         yield from (speed, acceptance, samples)
+
+
+class DraftLengthCollector:
+    """The draft lengths the router measured: each cell's best, and each length's speed."""
+
+    def __init__(self, drafts: DraftLengths) -> None:
+        self.drafts = drafts
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["backend", "task", "level"]
+        best = GaugeMetricFamily(
+            "specproxy_router_draft_n_max",
+            "The longest draft auto sends now: the length measured fastest per strategy, class "
+            "and load level",
+            labels=labels,
+        )
+        speed = GaugeMetricFamily(
+            "specproxy_router_draft_length_tokens_per_second",
+            "Decayed decode speed measured at each draft length",
+            labels=[*labels, "draft_n_max"],
+        )
+        for cell in self.drafts.cells():
+            key = [cell.backend, cell.task, str(cell.level)]
+            best.add_metric(key, cell.best)
+            for n, arm in cell.arms.items():
+                speed.add_metric([*key, str(n)], arm.tokens_per_s)
+        yield from (best, speed)
 
 
 class BackendCollector:

@@ -188,6 +188,19 @@ class Settings(BaseSettings):
         le=0.5,
         description="share of auto requests sent to a non-best backend",
     )
+    tune_draft_length: bool = Field(
+        default=True,
+        description="auto chooses each request's longest draft per strategy, class and load "
+        "from measured decode speed (specproxy's llama-server build); off: every request "
+        "drafts at its backend's configured length",
+    )
+    draft_length_explore_share: float = Field(
+        default=0.1,
+        ge=0.0,
+        le=0.5,
+        description="share of auto requests on a speculative backend that try a draft length "
+        "next to the one measured fastest",
+    )
     speculation_margin: float = Field(
         default=0.05,
         ge=0.0,

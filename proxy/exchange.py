@@ -33,6 +33,10 @@ class Route:
     level: int
     # What the router expected the backend to hold of the prompt.
     cached: Cached
+    # The longest draft the router chose for it (DraftLengths); None: the backend's own.
+    draft_n_max: int | None = None
+    # Whether that length was a try of a neighbouring one.
+    draft_explored: bool = False
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,10 @@ from prometheus_client.metrics_core import Metric
 from proxy.backends.devices import Device
 from proxy.backends.scrape import scrape_backend
 from proxy.backends.strategy import Strategy
-from proxy.collectors import BackendCollector, ScoreboardCollector, Scrape
+from proxy.collectors import BackendCollector, DraftLengthCollector, ScoreboardCollector, Scrape
 from proxy.exchange import Exchange
 from proxy.llamacpp import Timings
+from proxy.routing.draft_length import DraftLengths
 from proxy.routing.reasons import AutoReason
 from proxy.routing.scoreboard import Scoreboard
 from proxy.tasks import ROUTED_TASKS
@@ -51,12 +52,15 @@ class ProxyMetrics:
         spec_types: Mapping[str, str | None],
         scoreboard: Scoreboard,
         endpoint_tasks: Mapping[str, Sequence[str]],
+        drafts: DraftLengths | None = None,
     ) -> None:
         """endpoint_tasks: each generating endpoint and the task classes its requests get."""
         self.registry = CollectorRegistry()
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._spec_types = {name: spec or "none" for name, spec in spec_types.items()}
         self.registry.register(ScoreboardCollector(scoreboard))
+        if drafts is not None:
+            self.registry.register(DraftLengthCollector(drafts))
         per_backend = ["backend", "spec_type", "task"]
         r = self.registry
         self.requests = Counter(
@@ -70,6 +74,12 @@ class ProxyMetrics:
             "specproxy_route_decisions",
             "Strategy choices by the router's reason (pinned, fastest, unmeasured, explore, ...)",
             [*per_backend, "reason"],
+            registry=r,
+        )
+        self.draft_lengths = Counter(
+            "specproxy_draft_length_requests",
+            "Auto requests by the longest draft the router chose for them (draft_n_max)",
+            [*per_backend, "draft_n_max"],
             registry=r,
         )
         self.explorations = Counter(
@@ -195,6 +205,8 @@ class ProxyMetrics:
         child(self.route_decisions, *labels, route.reason).inc()
         if route.reason == "explore":
             child(self.explorations, *labels).inc()
+        if route.draft_n_max is not None:
+            child(self.draft_lengths, *labels, str(route.draft_n_max)).inc()
         upstream = exchange.measured
         if upstream is None:
             return

@@ -44,6 +44,7 @@ from proxy.log import get_logger
 from proxy.metrics import ProxyMetrics
 from proxy.routing.aliases import ModelAliases
 from proxy.routing.classifier import TaskClassifier
+from proxy.routing.draft_length import DraftLengths
 from proxy.routing.policy import RoutePolicy
 from proxy.routing.prefixes import PromptPrefix
 from proxy.routing.router import Router
@@ -70,12 +71,18 @@ def build_app(
         explore_share=settings.explore_share,
         speculation_margin=settings.speculation_margin,
     )
+    drafts = (
+        DraftLengths(explore_share=settings.draft_length_explore_share)
+        if settings.tune_draft_length
+        else None
+    )
     app[ROUTER] = Router(
         TaskClassifier(),
         policy,
         scoreboard,
         ModelAliases(settings.model_aliases),
         share_prefixes=settings.share_prefixes,
+        drafts=drafts,
     )
     # The proxy's own llama-servers are not "other programs" to the contention meter.
     cpu = CpuMeter(lambda: [e.pid for e in app[POOL].engines] if POOL in app else [])
@@ -85,6 +92,7 @@ def build_app(
         {s.config.name: s.config.spec_type for s in specs},
         scoreboard,
         {s.endpoint: s.tasks for s in SURFACES if s.generates},
+        drafts,
     )
 
     async def backends_ctx(app: web.Application) -> AsyncIterator[None]:

@@ -75,8 +75,9 @@ async def calibrate(
             config = backend.spec.config
             room = config.request_context - budget.get(task, max_tokens)
             requests = calibration_requests(task, prompts, room) * rounds
-            est = scoreboard.get(backend.name, task, 1)
-            if requests and (est is None or est.samples < len(requests)):
+            # Samples from a busy machine count: calibration sent those requests already, and
+            # rechecks re-measure them once the machine is quiet.
+            if requests and scoreboard.samples(backend.name, task, 1) < len(requests):
                 per_backend.append([(backend, task, r) for r in requests])
         todo += [step for turn in zip_longest(*per_backend) for step in turn if step]
     sent = 0

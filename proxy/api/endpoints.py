@@ -85,6 +85,8 @@ async def scoreboard(request: web.Request) -> web.Response:
             else round(m.estimate.acceptance, 4),
             "recent_acceptance": m.estimate.recent_acceptance,
             "samples": m.estimate.samples,
+            # With those a busy machine measured, which the cell keeps apart from quiet ones.
+            "all_samples": m.all_samples,
             # The 90 % interval the router compares by, and whether only a busy machine
             # measured this cell.
             "interval": [round(x, 2) for x in m.interval],

@@ -98,6 +98,8 @@ def _headers(exchange: Exchange, route: Route) -> dict[str, str]:
         "X-Request-Id": exchange.request_id,
         "X-Specproxy-Device": route.backend.engine.device.name,
     }
+    if route.draft_n_max is not None:
+        headers["X-Specproxy-Draft-N-Max"] = str(route.draft_n_max)
     if exchange.requested_model is not None and exchange.model != exchange.requested_model:
         headers["X-Specproxy-Model"] = exchange.model
     return headers
@@ -263,7 +265,9 @@ class Pipeline:
             route = exchange.route = self._choose(exchange, fit, budget)
             try:
                 # A backend sharing its process says how its requests decode there.
-                chosen = speculation.merged(route.backend.speculation, client_speculation)
+                chosen = speculation.merged(
+                    route.backend.speculation_at(route.draft_n_max), client_speculation
+                )
                 sent = {**body, **chosen} if surface.generates else body
                 return await self._admit_and_relay(request, surface, exchange, route, fit, sent)
             except ApiError as exc:

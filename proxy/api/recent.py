@@ -31,6 +31,8 @@ class RecentRequest:
     tokens_per_s: float
     ttft_s: float | None
     duration_s: float
+    # The longest draft the router chose for it; None where it drafted at its backend's own.
+    draft_n_max: int | None = None
 
 
 class RecentRequests:
@@ -60,6 +62,7 @@ class RecentRequests:
                 tokens_per_s=timings.tokens_per_s,
                 ttft_s=upstream.ttft_s if upstream is not None else None,
                 duration_s=now - exchange.started,
+                draft_n_max=route.draft_n_max if route is not None else None,
             )
         )
 

@@ -76,6 +76,10 @@ class Recorder:
             acceptance=round(outcome.draft_n_accepted / outcome.draft_n, 3)
             if outcome.draft_n
             else None,
+            # The longest draft the router chose (None: the backend's own), and whether it was
+            # a try of a neighbouring length.
+            draft_n_max=route.draft_n_max,
+            draft_explored=route.draft_explored or None,
             ttft_s=round(upstream.ttft_s, 3) if upstream.ttft_s is not None else None,
             prompt_tokens=timings.prompt_n + timings.cache_n if generates else None,
             cached_tokens=timings.cache_n if generates else None,

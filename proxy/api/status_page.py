@@ -127,6 +127,23 @@ def _speeds(request: web.Request) -> str:
     return _table((*headers, "acceptance", "samples"), rows, numeric=4)
 
 
+def _draft_lengths(request: web.Request) -> str:
+    drafts = request.app[ROUTER].drafts
+    if drafts is None:
+        return '<p class="muted">off (tune_draft_length): each backend drafts at its own</p>'
+    rows = []
+    for cell in drafts.cells():
+        tried = ", ".join(
+            f"{n}: {arm.tokens_per_s:.1f} t/s"
+            + (f" {arm.acceptance:.0%} accepted" if arm.acceptance is not None else "")
+            + f" ({arm.samples})"
+            for n, arm in cell.arms.items()
+        )
+        rows.append((cell.backend, cell.task, cell.level, tried, cell.best))
+    headers = ("backend", "class", "load", "tokens/s by draft length (samples)", "sent now")
+    return _table(headers, rows, numeric=1)
+
+
 def _recent(request: web.Request) -> str:
     rows = []
     for r in request.app[RECENT]:
@@ -140,6 +157,7 @@ def _recent(request: web.Request) -> str:
                 r.backend,
                 r.task,
                 r.route,
+                r.draft_n_max,
                 status,
                 f"{r.cached_tokens:,} / {r.prompt_tokens:,}" if r.prompt_tokens else None,
                 r.tokens,
@@ -148,7 +166,16 @@ def _recent(request: web.Request) -> str:
                 r.duration_s,
             )
         )
-    headers = ("finished (UTC)", "endpoint", "model", "backend", "class", "route", "status")
+    headers = (
+        "finished (UTC)",
+        "endpoint",
+        "model",
+        "backend",
+        "class",
+        "route",
+        "draft",
+        "status",
+    )
     numbers = ("cached / prompt", "tokens", "tokens/s", "TTFT s", "took s")
     return _table((*headers, *numbers), rows, numeric=len(numbers))
 
@@ -168,6 +195,7 @@ def live_html(request: web.Request) -> str:
         f"<h2>Backends</h2>{_backends(backends)}"
         f"<h2>Devices</h2>{_devices(request)}"
         f"<h2>Measured speed per class and load</h2>{_speeds(request)}"
+        f"<h2>Longest draft per class and load</h2>{_draft_lengths(request)}"
         f"<h2>Last requests</h2>{_recent(request)}"
     )
 

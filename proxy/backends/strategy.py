@@ -58,6 +58,18 @@ class Strategy:
         return fields
 
     @property
+    def tunes_draft_length(self) -> bool:
+        """Whether the router may choose its requests' draft length: it speculates, on our
+        build, which takes a shorter draft per request."""
+        return self.spec.our_build and self.spec.config.draft_cap > 0
+
+    def speculation_at(self, n_max: int | None) -> dict[str, Any]:
+        """Its speculation fields, drafting at most n_max tokens a step where one is given."""
+        if n_max is None:
+            return self.speculation
+        return {**self.speculation, "speculative.n_max": n_max}
+
+    @property
     def load(self) -> int:
         """Users' requests where its next request would go: on a shared engine those it sent."""
         if self.shares:

@@ -14,6 +14,7 @@ from proxy.llamacpp import Timings
 from proxy.measurement import CLIENT_GONE
 from proxy.routing.aliases import ModelAliases
 from proxy.routing.classifier import TaskClassifier
+from proxy.routing.draft_length import DraftLengths
 from proxy.routing.policy import RoutePolicy
 from proxy.routing.prefix_sharing import PrefixSharing, Shared
 from proxy.routing.prefixes import Cached, PrefixCache
@@ -39,6 +40,9 @@ class Measured:
     estimate: Estimate
     # The interval the router compares backends by (90 %).
     interval: tuple[float, float]
+    # Samples from a quiet and from a busy machine together (the estimate holds the quiet ones
+    # where there are any).
+    all_samples: int
 
 
 class UnknownModelError(LookupError):
@@ -71,10 +75,13 @@ class Router:
         scoreboard: Scoreboard,
         aliases: ModelAliases | None = None,
         share_prefixes: bool = True,
+        drafts: DraftLengths | None = None,
     ):
         self.classifier = classifier
         self.policy = policy
         self.scoreboard = scoreboard
+        # None: every request drafts at its backend's own length.
+        self.drafts = drafts
         self.aliases = aliases or ModelAliases({})
         self.prefixes = PrefixCache()
         self.sharing = PrefixSharing(share_prefixes)
@@ -168,7 +175,16 @@ class Router:
             backend = self.choose_any(backends, cost)
             return Route(backend, "least_busy", 0, held[backend.name])
         backend, choice = self.choose(exchange.task, backends, cost)
-        return Route(backend, choice.reason, choice.level, held[backend.name])
+        route = Route(backend, choice.reason, choice.level, held[backend.name])
+        return self._with_draft_length(route, exchange.task)
+
+    def _with_draft_length(self, route: Route, task: str) -> Route:
+        """The route with the draft length measured fastest for its strategy, class and load."""
+        backend = route.backend
+        if self.drafts is None or not backend.tunes_draft_length:
+            return route
+        pick = self.drafts.choose(backend.name, task, route.level, backend.spec.config.draft_cap)
+        return replace(route, draft_n_max=pick.n_max, draft_explored=pick.explored)
 
     def computing(
         self, exchange: Exchange, prompt_tokens: int
@@ -220,6 +236,7 @@ class Router:
         # A client's own speculation settings are not the backend's measured speed.
         if exchange.task is not None and measured and not exchange.client_speculation:
             self.scoreboard.record(outcome)
+            self._record_draft_length(route, outcome)
         admission = exchange.admission
         if prompt is not None and admission is not None and upstream.status == 200:
             self.prefixes.record(
@@ -232,11 +249,31 @@ class Router:
             )
         return outcome
 
+    def _record_draft_length(self, route: Route, outcome: Outcome) -> None:
+        """A routed request's decode speed, filed under the draft length it ran with; a busy
+        machine's samples would compare lengths by the other programs' load."""
+        n_max = route.draft_n_max
+        if self.drafts is None or n_max is None or outcome.contended:
+            return
+        if not outcome.tokens_per_s or outcome.predicted_n < self.scoreboard.min_tokens:
+            return
+        acceptance = outcome.draft_n_accepted / outcome.draft_n if outcome.draft_n else None
+        self.drafts.record(
+            outcome.backend, outcome.task, outcome.level, n_max, outcome.tokens_per_s, acceptance
+        )
+
     def measured(self) -> Iterator[Measured]:
         """Every cell the router has measured, with the interval it compares by."""
         board = self.scoreboard
         for (backend, task, level), est in board.items():
-            yield Measured(backend, task, level, est, est.interval(board.alpha))
+            yield Measured(
+                backend,
+                task,
+                level,
+                est,
+                est.interval(board.alpha),
+                board.samples(backend, task, level),
+            )
 
     def prompt_speed(self, engine: str) -> float | None:
         """The engine's measured prompt tokens/s (every strategy on it has it), None before any."""

@@ -220,6 +220,11 @@ class Scoreboard:
         key = (backend, task, level)
         return self._table.get(key) or self._noisy.get(key)
 
+    def samples(self, backend: str, task: str, level: int) -> int:
+        """Samples at exactly this load level, from a quiet and from a busy machine alike."""
+        key = (backend, task, level)
+        return sum(t[key].samples for t in (self._table, self._noisy) if key in t)
+
     def measured_levels(self, backend: str, task: str) -> set[int]:
         """The load levels this backend has an estimate at for this task."""
         return {

@@ -60,3 +60,21 @@ def test_prompt_speeds_are_saved_per_engine_and_an_older_files_per_backend_ones_
     coder, draft = fresh.prompt_speed("coder"), fresh.prompt_speed("draft")
     assert coder is not None and (coder.samples, coder.tokens_per_s) == (9, 100.0)
     assert draft is not None and fresh.prompt_speed("plain") is None
+
+
+def test_a_cell_measured_partly_on_a_busy_machine_keeps_all_its_samples_across_a_restart(
+    tmp_path: Path,
+) -> None:
+    # Calibration skips a cell holding as many samples as it would send: counting the quiet
+    # ones only made a restart recalibrate every cell a busy CI machine had touched.
+    path = tmp_path / "scoreboard.json"
+    board = Scoreboard()
+    for contended in (False, True, False):
+        board.record(Outcome("plain", "code", 1, 10.0, 10.0, 100, 0, 0, contended=contended))
+    board.save(path)
+    again = Scoreboard()
+    again.load(path)
+    assert again.samples("plain", "code", 1) == 3
+    quiet = again.get("plain", "code", 1)
+    assert quiet is not None and quiet.samples == 2
+    assert again.samples("plain", "prose", 1) == 0

@@ -35,6 +35,16 @@ def scoreboard(proxy: RunningProxy) -> list[dict[str, Any]]:
     return rows
 
 
+def measured_only_on_a_busy_machine(rows: list[dict[str, Any]], backend: str, task: str) -> bool:
+    """Whether every level-1 row of this backend and class holds samples from a busy machine.
+
+    Such a cell is what the `recheck` rule re-measures once the machine is quiet: on a shared
+    CI host some calibration samples are taken while other programs hold the cores.
+    """
+    cell = [r for r in rows if (r["backend"], r["task"], r["level"]) == (backend, task, 1)]
+    return bool(cell) and all(r["contended"] for r in cell)
+
+
 @pytest.fixture(scope="module")
 def scoreboard_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("routing") / "scoreboard.json"
@@ -62,7 +72,9 @@ def test_calibration_measures_every_backend_and_task(routed: RunningProxy) -> No
     assert cells == {
         (b, t) for b in ("tiny-plain", "mtp", "mtp-noisy") for t in ("code", "prose", "echo")
     }
-    assert all(r["tokens_per_s"] > 0 and r["samples"] >= 2 for r in rows)
+    assert all(r["tokens_per_s"] > 0 for r in rows)
+    # A cell keeps samples from a busy machine apart from quiet ones (a shared CI host).
+    assert all(r["all_samples"] >= max(2, r["samples"]) for r in rows)
     by = {(r["backend"], r["task"]): r for r in rows}
     assert by[("tiny-plain", "code")]["acceptance"] is None
     assert by[("mtp", "code")]["acceptance"] > 0.9
@@ -71,7 +83,10 @@ def test_calibration_measures_every_backend_and_task(routed: RunningProxy) -> No
 
 @pytest.mark.parametrize("task", ["code", "prose", "echo"])
 def test_auto_goes_to_the_fastest_measured_backend(routed: RunningProxy, task: str) -> None:
-    before = {(r["backend"], r["task"]): r for r in scoreboard(routed) if r["level"] == 1}
+    rows = scoreboard(routed)
+    # The router ranks by a cell's quiet samples where it has any.
+    level1 = sorted((r for r in rows if r["level"] == 1), key=lambda r: not r["contended"])
+    before = {(r["backend"], r["task"]): r for r in level1}
     with openai_client(routed.url) as client:
         raw = client.chat.completions.with_raw_response.create(
             model="auto", messages=[{"role": "user", "content": PROMPTS[task]}], max_tokens=16
@@ -80,6 +95,9 @@ def test_auto_goes_to_the_fastest_measured_backend(routed: RunningProxy, task: s
     chosen, reason = raw.headers["x-specproxy-backend"], raw.headers["x-specproxy-route"]
     # A noisy MTP head (acceptance ~0.1) is below break-even: never chosen while others serve.
     assert chosen != "mtp-noisy"
+    if reason == "recheck":
+        assert measured_only_on_a_busy_machine(rows, chosen, task)
+        return
     candidates = {b: before[(b, task)]["tokens_per_s"] for b in ("tiny-plain", "mtp")}
     if reason == "fastest":
         assert chosen == max(candidates, key=lambda b: candidates[b])
@@ -90,7 +108,7 @@ def test_auto_goes_to_the_fastest_measured_backend(routed: RunningProxy, task: s
 def test_a_stream_its_client_abandons_still_teaches_the_scoreboard(routed: RunningProxy) -> None:
     def samples() -> int:
         rows = [r for r in scoreboard(routed) if (r["backend"], r["task"]) == ("mtp", "prose")]
-        return sum(int(r["samples"]) for r in rows)
+        return sum(int(r["all_samples"]) for r in rows)
 
     before = samples()
     conn = http.client.HTTPConnection("127.0.0.1", routed.port, timeout=30)
@@ -176,18 +194,21 @@ def test_users_during_calibration_leave_its_measurements_as_a_quiet_start_makes_
                 json.loads(x) for x in running.log_path.read_text().splitlines() if x[:1] == "{"
             ]
             assert any(x.get("event") == "calibrating" for x in lines)
-            echo = {
-                r["backend"]: r["tokens_per_s"]
-                for r in scoreboard(running)
-                if r["task"] == "echo" and r["level"] == 1
-            }
+            rows = scoreboard(running)
+            level1 = sorted(
+                (r for r in rows if r["task"] == "echo" and r["level"] == 1),
+                key=lambda r: not r["contended"],
+            )
+            echo = {r["backend"]: r["tokens_per_s"] for r in level1}
             raw = client.chat.completions.with_raw_response.create(
                 model="auto",
                 messages=[{"role": "user", "content": PROMPTS["echo"]}],
                 max_tokens=16,
             )
         assert raw.headers["x-specproxy-task"] == "echo"
-        if raw.headers["x-specproxy-route"] == "fastest":
+        if raw.headers["x-specproxy-route"] == "recheck":
+            assert measured_only_on_a_busy_machine(rows, raw.headers["x-specproxy-backend"], "echo")
+        elif raw.headers["x-specproxy-route"] == "fastest":
             assert raw.headers["x-specproxy-backend"] == max(echo, key=lambda b: echo[b])
         else:
             assert raw.headers["x-specproxy-route"] in ("demoted", "within_margin")

@@ -1,0 +1,113 @@
+"""Each routed request's longest draft, chosen from measured decode speed (fast tier).
+
+The speeds here follow the expected speed-up of speculation (Leviathan et al.; the router's own
+break-even model) for a class's acceptance and a draft's relative cost, with log-normal noise:
+what a backend's timings look like request after request. The classes the tests judge on are
+not the ones the constants were picked on (see `TUNED_ON`).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from proxy.routing.break_even import speedup
+from proxy.routing.draft_length import DraftLengths, ladder
+
+# What YOUNG_SAMPLES and MIN_SAMPLES were chosen on: copied code (acceptance 0.9, cheap drafts).
+TUNED_ON = (0.9, 0.01)
+# Held out: prose that rejects most drafts, mixed text, near-verbatim copies, a costly drafter.
+HELD_OUT = [(0.35, 0.01), (0.6, 0.02), (0.97, 0.005), (0.75, 0.08)]
+
+
+def expected(n: int, acceptance: float, cost: float, base: float = 20.0) -> float:
+    return base * speedup(acceptance, n, cost)
+
+
+def run(
+    drafts: DraftLengths, acceptance: float, cost: float, requests: int, seed: int
+) -> list[int]:
+    """Requests of one class through choose and record; the lengths they were sent with."""
+    noise = random.Random(seed)
+    sent = []
+    for _ in range(requests):
+        pick = drafts.choose("ngram", "edit", 1, 64)
+        speed = expected(pick.n_max, acceptance, cost) * math.exp(noise.gauss(0, 0.15))
+        drafts.record("ngram", "edit", 1, pick.n_max, speed, acceptance)
+        sent.append(pick.n_max)
+    return sent
+
+
+def test_the_ladder_holds_powers_of_two_under_the_cap_and_the_cap() -> None:
+    assert ladder(64) == (2, 4, 8, 16, 32, 64)
+    assert ladder(3) == (2, 3)
+    assert ladder(1) == (1,)
+
+
+def test_before_any_measurement_a_request_drafts_at_its_backends_own_length() -> None:
+    drafts = DraftLengths(explore_share=0.0)
+    assert drafts.choose("ngram", "code", 1, 64).n_max == 64
+    assert drafts.best("ngram", "code", 1) is None
+
+
+@pytest.mark.parametrize(("acceptance", "cost"), HELD_OUT)
+def test_requests_settle_near_the_fastest_length_of_a_class_never_tuned_on(
+    acceptance: float, cost: float
+) -> None:
+    steps = ladder(64)
+    speeds = {n: expected(n, acceptance, cost) for n in steps}
+    optimum = max(speeds.values())
+    sent = run(DraftLengths(explore_share=0.1, rng=random.Random(1)), acceptance, cost, 300, 2)
+    # What the last 100 requests were sent with decodes within 10 % of the best length on
+    # average, exploration included.
+    late = sum(speeds[n] for n in sent[-100:]) / 100
+    assert late >= 0.9 * optimum, (acceptance, cost, sent[-20:])
+    # And far above the fixed cap wherever the cap is a poor length.
+    if speeds[64] < 0.8 * optimum:
+        assert late > 1.1 * speeds[64]
+
+
+def test_trying_stays_next_to_the_best_and_within_its_share_once_measured() -> None:
+    drafts = DraftLengths(explore_share=0.1, rng=random.Random(3))
+    run(drafts, *TUNED_ON, requests=200, seed=4)
+    best = drafts.best("ngram", "edit", 1)
+    assert best is not None
+    picks = [drafts.choose("ngram", "edit", 1, 64) for _ in range(2000)]
+    tried = [p for p in picks if p.explored]
+    assert 0.07 < len(tried) / len(picks) < 0.13
+    steps = ladder(64)
+    i = steps.index(best)
+    assert {p.n_max for p in tried} <= {steps[j] for j in (i - 1, i + 1) if 0 <= j < len(steps)}
+    assert all(p.n_max == best for p in picks if not p.explored)
+
+
+def test_explore_share_zero_never_tries_another_length() -> None:
+    drafts = DraftLengths(explore_share=0.0, rng=random.Random(5))
+    assert {drafts.choose("ngram", "code", 1, 64).n_max for _ in range(200)} == {64}
+
+
+def test_a_wider_batch_without_its_own_measurements_drafts_one_step_shorter_per_doubling() -> None:
+    drafts = DraftLengths(explore_share=0.0)
+    for _ in range(3):
+        drafts.record("ngram", "edit", 1, 16, 30.0, 0.9)
+    assert drafts.choose("ngram", "edit", 1, 64).n_max == 16
+    assert drafts.choose("ngram", "edit", 2, 64).n_max == 8
+    assert drafts.choose("ngram", "edit", 4, 64).n_max == 4
+    assert drafts.choose("ngram", "edit", 8, 64).n_max == 2
+    # Once the wider batch measured its own, those decide.
+    for _ in range(3):
+        drafts.record("ngram", "edit", 4, 32, 25.0, 0.9)
+    assert drafts.choose("ngram", "edit", 4, 64).n_max == 32
+
+
+def test_a_length_needs_a_few_samples_before_one_lucky_request_makes_it_the_best() -> None:
+    drafts = DraftLengths(explore_share=0.0)
+    for _ in range(3):
+        drafts.record("ngram", "code", 1, 64, 20.0, 0.5)
+    drafts.record("ngram", "code", 1, 32, 90.0, 0.9)
+    assert drafts.best("ngram", "code", 1) == 64
+    for _ in range(2):
+        drafts.record("ngram", "code", 1, 32, 40.0, 0.9)
+    assert drafts.best("ngram", "code", 1) == 32
