@@ -26,6 +26,10 @@ class Backend:
     device: Device = field(default_factory=lambda: Device("own", 1))
     # The process serving it: its own unless named (strategies sharing an engine).
     process: str | None = None
+    # Its longest draft (0: plain decoding), and whether the router chooses a shorter one per
+    # request (a speculative strategy on specproxy's build).
+    draft_cap: int = 0
+    tunes_draft_length: bool = False
 
     def __post_init__(self) -> None:
         on_device(self.device, [self], share=1)
@@ -117,8 +121,8 @@ def default_layout(device: Device | None = None) -> tuple[Backend, Backend, Back
     """proxy/defaults/cpu.yaml as the policy reads it: plain and ngram strategies of one
     llama-server (`coder`), draft a process of its own, each taking both cores of one CPU."""
     plain = Backend("plain", process="coder")
-    ngram = Backend("ngram", "ngram-mod", process="coder")
-    draft = Backend("draft", "draft-simple")
+    ngram = Backend("ngram", "ngram-mod", process="coder", draft_cap=64, tunes_draft_length=True)
+    draft = Backend("draft", "draft-simple", draft_cap=3, tunes_draft_length=True)
     on_device(device or Device("cpu", 2), [plain, ngram, draft])
     return plain, ngram, draft
 

@@ -58,10 +58,15 @@ class Strategy:
         return fields
 
     @property
+    def draft_cap(self) -> int:
+        """The longest draft its process makes (0 for plain decoding)."""
+        return self.spec.config.draft_cap
+
+    @property
     def tunes_draft_length(self) -> bool:
         """Whether the router may choose its requests' draft length: it speculates, on our
         build, which takes a shorter draft per request."""
-        return self.spec.our_build and self.spec.config.draft_cap > 0
+        return self.spec.our_build and self.draft_cap > 0
 
     def speculation_at(self, n_max: int | None) -> dict[str, Any]:
         """Its speculation fields, drafting at most n_max tokens a step where one is given."""

@@ -183,7 +183,7 @@ class Router:
         backend = route.backend
         if self.drafts is None or not backend.tunes_draft_length:
             return route
-        pick = self.drafts.choose(backend.name, task, route.level, backend.spec.config.draft_cap)
+        pick = self.drafts.choose(backend.name, task, route.level, backend.draft_cap)
         return replace(route, draft_n_max=pick.n_max, draft_explored=pick.explored)
 
     def computing(

@@ -171,7 +171,7 @@ def test_the_gpu_example_is_two_engines_each_one_process() -> None:
     settings = load_settings(ROOT / "deploy" / "gpu.yaml")
     engines = settings.engines()
     assert {name: [m.kind for m in ms] for name, ms in engines.items()} == {
-        "coder": ["plain", "draft-simple", "ngram", "draft-ngram"],
+        "coder": ["plain", "draft-simple", "ngram", "draft-ngram", "ngram"],
         "gemma": ["plain", "draft-mtp"],
     }
     coder = [
@@ -187,7 +187,16 @@ def test_the_gpu_example_is_two_engines_each_one_process() -> None:
     argv = engine_spec("coder", coder).argv("127.0.0.1", 9000)
     # One copy of the target and of the draft, each speculator once.
     assert argv.count("--model") == 1 and argv.count("--spec-draft-model") == 1
-    assert sorted(argv[argv.index("--spec-type") + 1].split(",")) == ["draft-simple", "ngram-mod"]
+    speculators = sorted(argv[argv.index("--spec-type") + 1].split(","))
+    assert speculators == ["copy-json", "draft-simple", "ngram-mod"]
+    # Each strategy's longest draft, under which auto chooses each request's.
+    assert {m.name: m.draft_cap for m in engines["coder"]} == {
+        "coder-plain": 0,
+        "coder-draft": 8,
+        "coder-ngram": 64,
+        "coder-draft-ngram": 64,
+        "coder-copy": 64,
+    }
 
 
 def test_draft_ngram_drafts_with_both_and_needs_a_draft_model(tmp_path: Path) -> None:

@@ -10,11 +10,20 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 import pytest
 
+from proxy.exchange import Exchange, Route
+from proxy.measurement import Measurement
 from proxy.routing.break_even import speedup
+from proxy.routing.classifier import TaskClassifier
 from proxy.routing.draft_length import DraftLengths, ladder
+from proxy.routing.policy import RoutePolicy
+from proxy.routing.router import Router
+from proxy.routing.scoreboard import Scoreboard
+from proxy.tasks import AUTO_MODEL
+from tests.policy_inputs import Backend, default_layout, measure
 
 # What YOUNG_SAMPLES and MIN_SAMPLES were chosen on: copied code (acceptance 0.9, cheap drafts).
 TUNED_ON = (0.9, 0.01)
@@ -111,3 +120,46 @@ def test_a_length_needs_a_few_samples_before_one_lucky_request_makes_it_the_best
     for _ in range(2):
         drafts.record("ngram", "code", 1, 32, 40.0, 0.9)
     assert drafts.best("ngram", "code", 1) == 32
+
+
+def _routed(router: Router, backends: list[Backend], model: str = AUTO_MODEL) -> Route:
+    exchange = Exchange("chat", "r", task="code")
+    exchange.model = model
+    exchange.pinned = next((b for b in backends if b.name == model), None)  # type: ignore[assignment]  # a policy stand-in
+    # Stand-ins for strategies: the router reads their names, engines, caps and load.
+    return router.route(exchange, backends, 100, 64, quiet=True)  # type: ignore[arg-type]
+
+
+def test_the_router_sends_a_speculative_strategy_its_fastest_measured_length() -> None:
+    board = Scoreboard()
+    drafts = DraftLengths(explore_share=0.0)
+    router = Router(TaskClassifier(), RoutePolicy(board, explore_share=0.0), board, drafts=drafts)
+    plain, ngram, draft = default_layout()
+    backends = [plain, ngram, draft]
+    for _ in range(3):
+        measure(board, "plain", "code", 10.0)
+        measure(board, "ngram", "code", 20.0, draft_n=60, accepted=50)
+        measure(board, "draft", "code", 5.0, draft_n=30, accepted=20)
+    route = _routed(router, backends)
+    # Nothing measured per length yet: the process's own longest draft.
+    assert (route.backend.name, route.draft_n_max) == ("ngram", 64)
+    for n_max, tps in ((64, 18.0), (16, 26.0)):
+        for _ in range(3):
+            exchange = Exchange("chat", "r", task="code")
+            exchange.route = replace(route, draft_n_max=n_max)
+            timings = {"predicted_n": 96, "predicted_per_second": tps, "draft_n": 80}
+            exchange.measured = Measurement(status=200, timings={**timings, "draft_n_accepted": 60})
+            router.record(exchange)
+    assert _routed(router, backends).draft_n_max == 16
+    # Pinned, a request drafts at the backend's own length; plain decoding has none.
+    assert _routed(router, backends, "ngram").draft_n_max is None
+    assert _routed(router, [plain], AUTO_MODEL).draft_n_max is None
+    # A sample from a busy machine would compare lengths by the other programs' load.
+    exchange = Exchange("chat", "r", task="code")
+    exchange.route = replace(route, draft_n_max=32)
+    exchange.measured = Measurement(
+        status=200, timings={"predicted_n": 96, "predicted_per_second": 90.0}
+    )
+    exchange.contended = True
+    router.record(exchange)
+    assert 32 not in next(c for c in drafts.cells() if c.backend == "ngram").arms
