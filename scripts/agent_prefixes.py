@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
@@ -11,16 +10,14 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -29,6 +26,14 @@ from aiohttp import web
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from loadtests.agents import AGENTS_DIR, COMMANDS, TASK, Command, installed, start
+from loadtests.scripted_server import (
+    GENERATING,
+    Captured,
+    Recorder,
+    free_port,
+    scripted_app,
+    serve,
+)
 from proxy.api.billing_header import (
     chat_without_billing,
     messages_without_billing,
@@ -60,42 +65,7 @@ VERSIONS = {
 # --- the capturing server ------------------------------------------------------------------
 
 
-@dataclass
-class Captured:
-    """One request an agent sent: method, path with query, JSON body (None: none or not JSON)."""
-
-    method: str
-    path: str
-    body: dict[str, Any] | None
-    at: float
-
-
-@dataclass
-class Recorder:
-    """Every request since the last `take()`."""
-
-    requests: list[Captured] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def add(self, item: Captured) -> None:
-        """Keep one request."""
-        with self.lock:
-            self.requests.append(item)
-
-    def take(self) -> list[Captured]:
-        """The requests kept so far, and a fresh start."""
-        with self.lock:
-            out, self.requests = self.requests, []
-        return out
-
-
-def _sse(name: str | None, data: object) -> bytes:
-    head = f"event: {name}\n" if name else ""
-    text = data if isinstance(data, str) else json.dumps(data)
-    return f"{head}data: {text}\n\n".encode()
-
-
-def _answer_for(body: dict[str, Any]) -> str:
+def text_answer(body: dict[str, Any]) -> str:
     """A plain answer, or a JSON object of the asked schema's properties (Claude Code's title)."""
     fmt = body.get("output_config", {}) if isinstance(body.get("output_config"), dict) else {}
     schema = fmt.get("format", {}).get("schema") if isinstance(fmt.get("format"), dict) else None
@@ -104,190 +74,16 @@ def _answer_for(body: dict[str, Any]) -> str:
     return ANSWER
 
 
-def _chat_events(body: dict[str, Any], text: str) -> list[bytes]:
-    base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": int(time.time())}
-    base["model"] = body.get("model", "auto")
-
-    def chunk(delta: dict[str, Any], finish: str | None) -> bytes:
-        choice = {"index": 0, "delta": delta, "finish_reason": finish}
-        return _sse(None, {**base, "choices": [choice]})
-
-    events = [chunk({"role": "assistant", "content": ""}, None), chunk({"content": text}, None)]
-    events.append(chunk({}, "stop"))
-    options = body.get("stream_options")
-    if isinstance(options, dict) and options.get("include_usage"):
-        usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
-        events.append(_sse(None, {**base, "choices": [], "usage": usage}))
-    return [*events, _sse(None, "[DONE]")]
-
-
-def _chat_whole(body: dict[str, Any], text: str) -> dict[str, Any]:
-    message = {"role": "assistant", "content": text}
-    return {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": body.get("model", "auto"),
-        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-    }
-
-
-def _responses_events(body: dict[str, Any], text: str) -> list[bytes]:
-    part: dict[str, Any] = {"type": "output_text", "text": text, "annotations": []}
-    item: dict[str, Any] = {
-        "id": "msg_1",
-        "type": "message",
-        "role": "assistant",
-        "status": "completed",
-    }
-    item["content"] = [part]
-    response: dict[str, Any] = {
-        "id": "resp_1",
-        "object": "response",
-        "created_at": int(time.time()),
-        "model": body.get("model", "auto"),
-        "status": "in_progress",
-        "output": [],
-    }
-    usage = {
-        "input_tokens": 1,
-        "input_tokens_details": {"cached_tokens": 0},
-        "output_tokens": 1,
-        "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": 2,
-    }
-    where = {"item_id": "msg_1", "output_index": 0, "content_index": 0}
-    steps: list[tuple[str, dict[str, Any]]] = [
-        ("response.created", {"response": response}),
-        ("response.in_progress", {"response": response}),
-        (
-            "response.output_item.added",
-            {"output_index": 0, "item": {**item, "status": "in_progress", "content": []}},
-        ),
-        ("response.content_part.added", {**where, "part": {**part, "text": ""}}),
-        ("response.output_text.delta", {**where, "delta": text}),
-        ("response.output_text.done", {**where, "text": text}),
-        ("response.content_part.done", {**where, "part": part}),
-        ("response.output_item.done", {"output_index": 0, "item": item}),
-        (
-            "response.completed",
-            {"response": {**response, "status": "completed", "output": [item], "usage": usage}},
-        ),
-    ]
-    return [
-        _sse(name, {"type": name, "sequence_number": i, **data})
-        for i, (name, data) in enumerate(steps)
-    ]
-
-
-def _message(body: dict[str, Any], text: str) -> dict[str, Any]:
-    return {
-        "id": "msg_1",
-        "type": "message",
-        "role": "assistant",
-        "model": body.get("model", "auto"),
-        "content": [{"type": "text", "text": text}],
-        "stop_reason": "end_turn",
-        "stop_sequence": None,
-        "usage": {"input_tokens": 1, "output_tokens": 1},
-    }
-
-
-def _messages_events(body: dict[str, Any], text: str) -> list[bytes]:
-    start = {**_message(body, text), "content": [], "stop_reason": None}
-    steps: list[tuple[str, dict[str, Any]]] = [
-        ("message_start", {"message": start}),
-        ("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}),
-        ("ping", {}),
-        ("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": text}}),
-        ("content_block_stop", {"index": 0}),
-        (
-            "message_delta",
-            {
-                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                "usage": {"output_tokens": 1},
-            },
-        ),
-        ("message_stop", {}),
-    ]
-    return [_sse(name, {"type": name, **data}) for name, data in steps]
-
-
-Events = Callable[[dict[str, Any], str], list[bytes]]
-Whole = Callable[[dict[str, Any], str], dict[str, Any]]
-ANSWERS: dict[str, tuple[Events, Whole]] = {
-    "chat/completions": (_chat_events, _chat_whole),
-    "responses": (_responses_events, lambda body, text: {"status": "completed"}),
-    "messages": (_messages_events, _message),
-}
-
-
 def capture_app(recorder: Recorder) -> web.Application:
     """An app that records every request and ends each generation at once with ANSWER."""
-
-    async def handle(request: web.Request) -> web.StreamResponse:
-        raw = await request.read()
-        try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
-        body = body if isinstance(body, dict) else None
-        recorder.add(Captured(request.method, request.path_qs, body, time.time()))
-        path = request.path.rstrip("/")
-        if request.method in ("HEAD", "GET") and path == "":
-            return web.Response(text="ok")
-        if request.method == "GET" and path.endswith("/models"):
-            model = {"id": "auto", "object": "model", "created": 0, "owned_by": "capture"}
-            model |= {"type": "model", "display_name": "auto", "created_at": "2026-01-01T00:00:00Z"}
-            return web.json_response(
-                {"object": "list", "data": [model], "has_more": False, "first_id": "auto"}
-            )
-        if request.method == "POST" and path.endswith("/messages/count_tokens"):
-            return web.json_response({"input_tokens": 1})
-        kind = next((k for k in ANSWERS if path.endswith(k)), None)
-        if request.method != "POST" or kind is None or body is None:
-            return web.json_response({"error": {"message": f"not captured: {path}"}}, status=404)
-        events, whole = ANSWERS[kind]
-        text = _answer_for(body)
-        if not body.get("stream"):
-            return web.json_response(whole(body, text))
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        for event in events(body, text):
-            await response.write(event)
-        await response.write_eof()
-        return response
-
-    app = web.Application(client_max_size=64 * 1024 * 1024)
-    app.router.add_route("*", "/{tail:.*}", handle)
-    return app
+    return scripted_app(recorder, lambda path, body: text_answer(body))
 
 
 @contextmanager
 def capture_server(recorder: Recorder) -> Iterator[str]:
     """The capturing server on a free loopback port, in a thread; yields its base URL."""
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(capture_app(recorder), access_log=None)
-    port = free_port()
-    loop.run_until_complete(runner.setup())
-    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    with serve(capture_app(recorder)) as url:
+        yield url
 
 
 # --- llama-server: /apply-template and /tokenize only ----------------------------------------
@@ -501,7 +297,7 @@ class Session:
             for r in self.requests
             if r.method == "POST"
             and r.body is not None
-            and any(r.path.split("?")[0].endswith(k) for k in ANSWERS)
+            and any(r.path.split("?")[0].endswith(k) for k in GENERATING)
         ]
         with_tools = [r for r in posts if r.body and r.body.get("tools")]
         found = with_tools or posts
