@@ -27,6 +27,9 @@ AFFINITY_TOKENS = WORTH_FOLLOWING_TOKENS
 RECHECK_EVERY = 4
 # Prompt speed assumed for a backend none was measured for, relative to those measured.
 _UNKNOWN_PROMPT_TPS = 50.0
+# The share of an answer accepted drafts may be credited with when bounding a strategy's speed
+# by plain's on one process: a verbatim copy (acceptance near 1) would make the bound useless.
+_MOST_ACCEPTED = 0.95
 # Until agents' answers are measured, what their sessions are taken to decode, by what the
 # first instruction asks: a change is mostly edits (a whole-file edit is hundreds of tokens,
 # a tool call tens), a question mostly its answer, anything else tool calls and new code.
@@ -314,7 +317,18 @@ class RoutePolicy:
         else:
             among = self._comparable(task, ready, levels)[levels[b.name]] or None
             est = self.scoreboard.nearest(b.name, task, levels[b.name], among)
-        return max(est.tokens_per_s if est is not None else 0.0, 1e-9)
+        speed = max(est.tokens_per_s if est is not None else 0.0, 1e-9)
+        plain = next(
+            (p for p in ready if p.spec_type is None and p.engine.name == b.engine.name), None
+        )
+        if b.spec_type is None or est is None or est.tokens <= 0 or plain is None:
+            return speed
+        # On plain's own process a step that verifies a draft costs at least a plain step, so
+        # speculation saves at most the steps of the tokens it had accepted: a strategy that
+        # drafted nothing for a class decodes as plain does, whatever two samples' noise says
+        # (ngram once read 11 % faster than plain on prose with no draft accepted).
+        kept = 1 - min(est.accepted / est.tokens, _MOST_ACCEPTED)
+        return min(speed, self._speed(plain, task, levels, estimates, ready) / kept)
 
     @staticmethod
     def _opens_session(cost: RequestCost) -> bool:

@@ -123,3 +123,24 @@ def test_the_router_files_a_prompt_sample_under_the_engine_that_processed_it() -
     rate = board.prompt_speed("coder")
     assert rate is not None and rate.samples == 2 and round(rate.tokens_per_s) == 75
     assert router.prompt_speed("coder") == rate.tokens_per_s
+
+
+def test_a_strategy_that_drafted_nothing_is_not_taken_for_faster_than_plain_on_its_process() -> (
+    None
+):
+    # The scoreboard of 2026-12-07's calibration: ngram read 8.21 t/s on prose against plain's
+    # 7.41 with no draft made, two or three samples each; explanations went to ngram.
+    board = Scoreboard()
+    for _ in range(3):
+        measure(board, "plain", "prose", 7.41)
+        measure(board, "ngram", "prose", 8.21)
+        measure(board, "draft", "prose", 5.67, draft_n=30, accepted=9)
+    plain, ngram, draft = default_layout()
+    policy = RoutePolicy(board, explore_share=0.0)
+    choice = policy.choose("prose", [plain, ngram, draft], RequestCost(prompt_tokens=80))
+    assert choice is not None and choice.backend == "plain"
+    # Where its drafts were accepted, its measured speed stands: copying beats plain.
+    for _ in range(3):
+        measure(board, "ngram", "prose", 8.21, draft_n=40, accepted=20)
+    choice = policy.choose("prose", [plain, ngram, draft], RequestCost(prompt_tokens=80))
+    assert choice is not None and choice.backend == "ngram"

@@ -393,7 +393,7 @@ def test_a_draft_backend_is_never_taken_for_faster_at_prompts_than_plain() -> No
     # agent's long first turn, decoded faster on plain, must not go to the draft for its prompt.
     board = Scoreboard()
     measure(board, "plain", "code", 25)
-    measure(board, "ngram", "code", 31)
+    measure(board, "ngram", "code", 31, draft_n=40, accepted=30)
     measure(board, "draft", "code", 16, draft_n=80, accepted=68)
     board.record(Outcome("plain", "code", 1, 25, 0.1, 64, 0, 0, 1200, 30e3, engine="coder"))
     board.record(Outcome("draft", "code", 1, 16, 0.1, 64, 80, 68, 600, 10e3))
