@@ -6,6 +6,7 @@ a one-line task in a fresh directory with its own HOME, and reads what the agent
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -107,15 +108,23 @@ def run(command: Command, timeout: float) -> AgentRun:
     """Run the agent to its end (killed after timeout) and keep what it printed."""
     workdir = command.workdir
     started = time.monotonic()
-    process = start(command)
+    out, err, rc = finish(start(command), timeout)
+    return AgentRun(command.name, rc, out, err, workdir, time.monotonic() - started)
+
+
+def finish(process: subprocess.Popen[str], timeout: float) -> tuple[str, str, int]:
+    """An agent's output and exit code (-9: killed after timeout); whatever it started and
+    left running is killed with it."""
     try:
         out, err = process.communicate(timeout=timeout)
         rc = process.returncode
     except subprocess.TimeoutExpired:
+        out, err, rc = "", "", -9
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
+    if rc == -9:
         out, err = process.communicate()
-        rc = -9
-    return AgentRun(command.name, rc, out, err, workdir, time.monotonic() - started)
+    return out, err, rc
 
 
 def start(command: Command) -> subprocess.Popen[str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -25,7 +24,7 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from loadtests.agents import AGENTS_DIR, COMMANDS, TASK, Command, installed, start
+from loadtests.agents import AGENTS_DIR, COMMANDS, TASK, Command, finish, installed, start
 from loadtests.scripted_server import (
     GENERATING,
     Captured,
@@ -336,16 +335,7 @@ def run_session(
         command = dataclasses.replace(command, env=next_day_env(agent, command.env))
     recorder.take()
     started = time.monotonic()
-    process = start(command)
-    try:
-        out, err = process.communicate(timeout=timeout)
-        rc = process.returncode
-    except subprocess.TimeoutExpired:
-        out, err, rc = "", "", -9
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)  # with whatever it started
-    if rc == -9:
-        out, err = process.communicate()
+    out, err, rc = finish(start(command), timeout)
     time.sleep(0.3)
     return Session(
         agent,

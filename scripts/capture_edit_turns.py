@@ -17,13 +17,9 @@ loadtests/edit_turns.py).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import datetime as dt
 import json
-import os
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -34,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from loadtests.agents import AIDER, COMMANDS, NPM_BIN, Command, start
+from loadtests.agents import AIDER, COMMANDS, NPM_BIN, Command, finish, start
 from loadtests.edit_turns import (
     DATA_DIR,
     Tool,
@@ -392,16 +388,7 @@ def run_agent(agent: str, root: Path, timeout: float) -> Outcome:
     with serve(scripted_app(recorder, script)) as url:
         command = command_for(agent, url, root, timeout)
         assert command.workdir == workdir
-        process = start(command)
-        try:
-            out, err = process.communicate(timeout=timeout)
-            rc = process.returncode
-        except subprocess.TimeoutExpired:
-            out, err, rc = "", "", -9
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)  # with whatever it started
-        if rc == -9:
-            out, err = process.communicate()
+        out, err, rc = finish(start(command), timeout)
         time.sleep(0.3)
     path = workdir / FILE
     others = all((workdir / n).read_text() == t for n, t in REPOSITORY.items() if n != FILE)

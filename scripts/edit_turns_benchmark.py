@@ -4,8 +4,9 @@ to plain, ngram (ngram-mod) and copy (copy-json), and through auto, side by side
     .venv/bin/python scripts/edit_turns_benchmark.py [--rounds 1] [--max-tokens 700] [--out DIR]
 
 It starts `specproxy serve` on the default config with one more strategy on its `coder` engine,
-`copy` (copy-json), and start-up calibration off: auto learns from the pinned requests before it
-(they are measured as any request is), as a running proxy would have. Each turn is sent as its
+`copy` (copy-json), and start-up calibration off: auto starts from --scoreboard (a calibration
+of the default) and learns from the pinned requests before it (they are measured as any request
+is), as a running proxy would have. Each turn is sent as its
 agent sent it (Claude Code's Messages, Codex's Responses, the others' chat), not streamed, at
 temperature 0, its answer capped at --max-tokens. The engine's n-gram memory is shared by every
 request, so each mode gets its own copy of the turn with the file's names renamed
@@ -22,6 +23,7 @@ import ast
 import json
 import math
 import random
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -113,6 +115,11 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=700, help="of each edit answer")
     parser.add_argument("--agents", default="", help="comma-separated (default: every one)")
     parser.add_argument("--out", type=Path, default=Path("edit-turns-results"))
+    parser.add_argument(
+        "--scoreboard",
+        type=Path,
+        help="a saved scoreboard (a calibration of the default) auto starts from, copied",
+    )
     args = parser.parse_args()
     turns = [t for t in load_all() if not args.agents or t.agent in args.agents.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
@@ -120,14 +127,16 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         config = config_with_copy(Path(tmp) / "config.yaml")
         log = args.out / "proxy.log"
-        scoreboard = str(Path(tmp) / "scoreboard.json")
+        scoreboard = Path(tmp) / "scoreboard.json"
+        if args.scoreboard is not None:
+            shutil.copyfile(args.scoreboard, scoreboard)
         with running_proxy(
             config,
             log,
             1800,
             inherit_env=True,
             SPECPROXY_CALIBRATION_REQUESTS="0",
-            SPECPROXY_SCOREBOARD_FILE=scoreboard,
+            SPECPROXY_SCOREBOARD_FILE=str(scoreboard),
         ) as proxy:
             n = 0
             for round_ in range(args.rounds):
