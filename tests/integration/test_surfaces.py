@@ -68,6 +68,51 @@ def sse_events(proxy: RunningProxy, path: str, body: dict[str, Any]) -> list[dic
         conn.close()
 
 
+def request_id_of(proxy: RunningProxy, path: str, body: dict[str, Any]) -> str:
+    """Send a request, read its answer (whole or streamed) to the end; its X-Request-Id."""
+    conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=120)
+    try:
+        conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        with conn.getresponse() as resp:
+            raw = resp.read()
+            assert resp.status == 200, raw
+            return str(resp.getheader("X-Request-Id"))
+    finally:
+        conn.close()
+
+
+MEASURED = [
+    ("/v1/messages", {"max_tokens": 24}, False),
+    ("/v1/messages", {"max_tokens": 24}, True),
+    ("/v1/responses", {"max_output_tokens": 24}, False),
+    ("/v1/responses", {"max_output_tokens": 24}, True),
+]
+
+
+@pytest.mark.parametrize(("path", "cap", "stream"), MEASURED)
+def test_every_surface_measures_decode_speed_as_chat_does(
+    proxy: RunningProxy, path: str, cap: dict[str, int], stream: bool
+) -> None:
+    # llama-server b11434 gives no timings on Messages nor on a whole Responses answer (patch
+    # 0008 adds them): without them Claude Code's turns taught the router nothing.
+    words: dict[str, Any] = {"messages": [{"role": "user", "content": COUNT}]}
+    if path == "/v1/responses":
+        words = {"input": COUNT}
+    body = {"model": "plain", "temperature": 0, "stream": stream, **words, **cap}
+    request_id = request_id_of(proxy, path, body)
+
+    def logged() -> dict[str, Any] | None:
+        for line in proxy.log_path.read_text().splitlines():
+            if request_id in line and line.startswith("{"):
+                entry = json.loads(line)
+                if entry.get("event") == "request":
+                    return dict(entry)
+        return None
+
+    entry = wait_for(logged, 10, "the request's log line")
+    assert entry["tokens"] > 8 and entry["tokens_per_s"] is not None, entry
+
+
 # ------------------------------------------------------------------------- Responses API
 
 
