@@ -31,6 +31,7 @@ class EditTurn:
     version: str
     captured_at: str
     surface: str  # the endpoint's path, without query
+    path: str  # the path as the agent sent it (Claude Code adds ?beta=true)
     body: dict[str, Any]
     tool: str | None  # the edit tool's name; None for a text edit (aider)
     custom: bool  # a Responses custom tool: `expected` is its free-form input
@@ -53,6 +54,7 @@ def load(path: Path) -> EditTurn:
         version=data["version"],
         captured_at=data["captured_at"],
         surface=data["surface"],
+        path=data.get("path") or data["surface"],
         body=data["body"],
         tool=expected["tool"],
         custom=bool(expected.get("custom")),
@@ -260,6 +262,33 @@ def apply_aider(text: str, name: str, before: str) -> str:
             end = lines.index("```", i + 2)
             return "\n".join(lines[i + 2 : end]) + "\n"
     raise ValueError(f"no fenced block under {name} in the answer")
+
+
+def written(turn: EditTurn) -> str:
+    """The expected edit as the served model writes it: aider's text, or the tool call in
+    Qwen2.5's format (`<tool_call>` around the name and the arguments object)."""
+    if turn.tool is None:
+        return turn.expected
+    arguments = json.dumps(turn.expected) if turn.custom else turn.expected
+    return f'<tool_call>\n{{"name": "{turn.tool}", "arguments": {arguments}}}\n</tool_call>'
+
+
+def edit_opening(turn: EditTurn) -> str:
+    """The written edit up to where the file itself begins: the new file's content, a patch's
+    first hunk, or aider's fenced block. An answer begun with it leaves the model to write the
+    edit, the part an agent's model copies from the file it read."""
+    text = written(turn)
+    if turn.tool is None:
+        fence = text.index("```")
+        return text[: text.index("\n", fence) + 1]
+    header = f"*** Update File: {turn.file}"
+    for marker in (header + "\\n", header + "\n"):
+        if marker in text:
+            return text[: text.index(marker) + len(marker)]
+    content = json.dumps(turn.file_after)[1:41]
+    if content not in text:
+        raise ValueError(f"{turn.agent}: neither a patch nor the new file in the edit")
+    return text[: text.index(content)]
 
 
 def _patch_in(value: Any) -> str | None:

@@ -14,6 +14,14 @@ request, so each mode gets its own copy of the turn with the file's names rename
 turns, the order rotating. Decode tokens/s, acceptance and draft length come from the proxy's
 log line of each request. Prints each request, then per mode the geometric mean of its decode
 speed over plain's on the same turns with a 90 % bootstrap interval over turns.
+
+With --prefill each turn's answer is begun for the model with the edit's opening, up to where the
+file itself starts (loadtests/edit_turns.py `edit_opening`: the tool call in Qwen2.5's format up
+to the new file's content or the patch's first hunk; aider's file name and fence), as the
+assistant's unfinished message: the model then writes the edit itself, which an agent's edit
+turn is for and which the 1.5B, left to itself, mostly does not (it reads the file again or
+answers in a few words). "written" is the share of the expected edit the answer reproduced
+before it first differed.
 """
 
 from __future__ import annotations
@@ -35,7 +43,9 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from loadtests.edit_turns import EditTurn, load_all  # noqa: E402
+from loadtests.edit_replay import as_written  # noqa: E402
+from loadtests.edit_sessions import assistant_says  # noqa: E402
+from loadtests.edit_turns import EditTurn, edit_opening, load_all, written  # noqa: E402
 from proxy.testing.running_proxy import running_proxy  # noqa: E402
 from proxy.workload import fresh_word, rename_identifiers  # noqa: E402
 
@@ -74,11 +84,17 @@ def renamed(value: Any, names: set[str], word: str) -> Any:
     return value
 
 
-def request_body(turn: EditTurn, mode: str, word: str, max_tokens: int) -> dict[str, Any]:
-    """The turn as its agent sent it, on its own copy of the names, for one mode."""
-    body: dict[str, Any] = renamed(
-        turn.body, defined_names(turn.file_before, turn.file_after), word
-    )
+def request_body(
+    turn: EditTurn, mode: str, word: str, max_tokens: int, prefill: bool = False
+) -> dict[str, Any]:
+    """The turn as its agent sent it, on its own copy of the names, for one mode; with
+    prefill, the assistant's answer begun with the edit's opening."""
+    names = defined_names(turn.file_before, turn.file_after)
+    body: dict[str, Any] = renamed(turn.body, names, word)
+    if prefill:
+        key = "input" if turn.surface.endswith("/responses") else "messages"
+        opening = renamed(edit_opening(turn), names, word)
+        body[key] = [*body[key], assistant_says(turn.surface, opening)]
     body["model"] = mode
     body["stream"] = False
     body["temperature"] = 0
@@ -88,6 +104,18 @@ def request_body(turn: EditTurn, mode: str, word: str, max_tokens: int) -> dict[
     if turn.surface.endswith("/chat/completions"):
         body.pop("max_completion_tokens", None)
     return body
+
+
+def written_share(turn: EditTurn, names: set[str], word: str, answer: str) -> float:
+    """The share of the expected edit, after its opening, that the answer reproduced before it
+    first differed (the answer holds the opening too: servers return a prefill with it)."""
+    opening = renamed(edit_opening(turn), names, word)
+    expected = renamed(written(turn), names, word)[len(opening) :]
+    text = answer[len(opening) :] if answer.startswith(opening) else answer
+    same = 0
+    while same < min(len(text), len(expected)) and text[same] == expected[same]:
+        same += 1
+    return same / len(expected) if expected else 0.0
 
 
 def logged(log: Path, request_id: str) -> dict[str, Any]:
@@ -114,6 +142,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=1, help="times every turn is replayed")
     parser.add_argument("--max-tokens", type=int, default=700, help="of each edit answer")
     parser.add_argument("--agents", default="", help="comma-separated (default: every one)")
+    parser.add_argument(
+        "--prefill",
+        action="store_true",
+        help="begin each answer with the edit's opening, so the model writes the edit",
+    )
     parser.add_argument("--out", type=Path, default=Path("edit-turns-results"))
     parser.add_argument(
         "--scoreboard",
@@ -145,15 +178,22 @@ def main() -> int:
                     shift = (i + round_) % 3
                     order = [*MODES[:3][shift:], *MODES[:3][:shift], "auto"]
                     for mode in order:
-                        body = request_body(turn, mode, fresh_word(n), args.max_tokens)
+                        word = fresh_word(n)
+                        body = request_body(turn, mode, word, args.max_tokens, args.prefill)
                         n += 1
                         resp = requests.post(f"{proxy.url}{turn.surface}", json=body, timeout=3600)
                         entry = logged(log, resp.headers.get("X-Request-Id", ""))
+                        share = None
+                        if resp.status_code == 200 and args.prefill:
+                            text = as_written(turn.surface, resp.json())
+                            names = defined_names(turn.file_before, turn.file_after)
+                            share = round(written_share(turn, names, word, text), 3)
                         row = {
                             "agent": turn.agent,
                             "round": round_,
                             "mode": mode,
                             "status": resp.status_code,
+                            "written": share,
                             **{
                                 k: entry.get(k)
                                 for k in (
@@ -183,9 +223,12 @@ def report(rows: list[dict[str, Any]]) -> None:
         for r in rows
         if r["status"] == 200 and r["tokens_per_s"]
     }
-    head = "| mode | turns | decode vs plain (geo. mean) | 90 % interval | acceptance | routed to |"
+    head = (
+        "| mode | turns | decode vs plain (geo. mean) | 90 % interval | decode t/s | acceptance "
+        "| written | routed to |"
+    )
     print(f"\n{head}")
-    print("| --- | ---: | ---: | --- | ---: | --- |")
+    print("| --- | ---: | ---: | --- | ---: | ---: | ---: | --- |")
     for mode in MODES:
         pairs = [
             (speed[(a, k, mode)], speed[(a, k, "plain")])
@@ -199,7 +242,11 @@ def report(rows: list[dict[str, Any]]) -> None:
         accepted = [r["acceptance"] for r in mine if r["acceptance"] is not None]
         acc = f"{sum(accepted) / len(accepted):.0%}" if accepted else "-"
         where = sorted({f"{r['backend']}" for r in mine})
-        cells = [mode, str(len(pairs)), f"{mean:.2f}x", f"{low:.2f}-{high:.2f}", acc]
+        tps = sum(s for s, _ in pairs) / len(pairs)
+        shares = [r["written"] for r in mine if r.get("written") is not None]
+        wrote = f"{sum(shares) / len(shares):.0%}" if shares else "-"
+        cells = [mode, str(len(pairs)), f"{mean:.2f}x", f"{low:.2f}-{high:.2f}", f"{tps:.1f}"]
+        cells += [acc, wrote]
         print("| " + " | ".join([*cells, ", ".join(where)]) + " |")
 
 

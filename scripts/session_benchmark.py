@@ -32,9 +32,17 @@ not, later turns differ too, and the report says how many answers matched bare l
 and how many tokens each mode generated.
 
     .venv/bin/python scripts/session_benchmark.py [--proxy http://127.0.0.1:8080] [--config FILE] \
-        [--shapes edit-heavy,explain,mixed] [--sessions 3] [--concurrency 1,2,4] [--turns 12] \
-        [--system-tokens 6000] [--modes auto,plain,draft,ngram,llama-server] [--seed 0] \
-        [--out session-results]
+        [--shapes edit-heavy,explain,mixed,captured-edits] [--sessions 3] [--concurrency 1,2,4] \
+        [--turns 12] [--system-tokens 6000] [--edits 2] [--agents claude-code,codex,...] \
+        [--modes auto,plain,draft,ngram,llama-server] [--seed 0] [--out session-results]
+
+The shape ``captured-edits`` replays real agents' sessions instead (loadtests/edit_sessions.py):
+each captured edit turn of tests/data/edit_turns/ grown into its agent's conversation, --edits
+renames in one file, every request on the agent's own surface (Claude Code's Messages, Codex's
+Responses, the others' chat) with the agent's own system prompt and tools, whole answers (not
+streamed; no time to first token), the conversation scripted so every mode sends the same
+requests. Sessions take the agents in turn (--agents: which), and --sessions rounds at level N
+run N of them at once.
 
 Not a test: timings on a shared machine are noisy. ``--report-only`` rewrites the report from
 ``<out>/turns.jsonl``.
@@ -54,7 +62,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import requests
 
@@ -62,17 +70,23 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from loadtests.bare import BareServer, bare_command, free_port  # noqa: E402
+from loadtests.edit_replay import send_edit_turn  # noqa: E402
+from loadtests.edit_sessions import EditSession, edit_sessions  # noqa: E402
 from loadtests.report import AUTO, BARE  # noqa: E402
 from loadtests.sessions import (  # noqa: E402
     DEFAULT_SYSTEM_TOKENS,
     DEFAULT_TURNS,
     SHAPES,
     Session,
+    Shape,
+    TurnResult,
     build_sessions,
     send_turn,
 )
 
 Row = dict[str, Any]
+# Real agents' captured sessions (loadtests/edit_sessions.py), beside the generated shapes.
+CAPTURED = "captured-edits"
 
 
 def log(message: str) -> None:
@@ -321,7 +335,8 @@ def markdown(rows: Sequence[Row], modes: Sequence[str], shapes: Sequence[str]) -
     return "\n".join(out) + "\n"
 
 
-_EDIT_TOOLS = ("write_file", "edit")
+# The generated sessions' edit tools, then the captured agents' (Claude Code, opencode).
+_EDIT_TOOLS = ("write_file", "edit", "Write", "Edit", "write")
 
 
 def classes(rows: Sequence[Row]) -> list[str]:
@@ -446,10 +461,26 @@ def restart_backends(
     return failed
 
 
+def _turns(
+    http: requests.Session, url: str, session: Session | EditSession, model: str, timeout: float
+) -> Iterator[TurnResult]:
+    """A session's turns as they are made: a generated session until done, a captured one
+    request by request until one fails."""
+    if isinstance(session, EditSession):
+        for index in range(len(session.turns)):
+            result = send_edit_turn(http, url, session, index, model, timeout_s=timeout)
+            yield result
+            if not result.ok:
+                return
+        return
+    while (made := send_turn(http, url, session, model, timeout)) is not None:
+        yield made
+
+
 def replay(
     url: str,
     mode: str,
-    session: Session,
+    session: Session | EditSession,
     label: str,
     args: argparse.Namespace,
     headers: dict[str, str],
@@ -458,10 +489,11 @@ def replay(
     model = AUTO if mode == BARE else mode
     with requests.Session() as http:
         http.headers.update(headers)
-        while (result := send_turn(http, url, session, model, args.timeout)) is not None:
+        for result in _turns(http, url, session, model, args.timeout):
+            total = len(session.turns) if isinstance(session, EditSession) else args.turns
             what = ",".join(result.tools_called) or "text"
             log(
-                f"[{mode}] {label} turn {result.turn + 1}/{args.turns} {result.kind}: "
+                f"[{mode}] {label} turn {result.turn + 1}/{total} {result.kind}: "
                 f"{result.seconds:.1f} s (TTFT {_seconds(result.ttft_s)}), {result.prompt_n}+"
                 f"{result.cache_n} prompt, {result.predicted_n} tokens, {what}"
                 + (f", {result.backend}/{result.route}" if result.backend else "")
@@ -473,7 +505,7 @@ def replay(
 def together(
     url: str,
     mode: str,
-    sessions: Sequence[Session],
+    sessions: Sequence[Session | EditSession],
     label: str,
     args: argparse.Namespace,
     headers: dict[str, str],
@@ -481,12 +513,20 @@ def together(
     """Sessions run at once, each in its own thread, as several agents (or an agent and its
     sub-agents) share one server; every turn tagged with how many ran."""
 
-    def one(session: Session) -> list[Row]:
+    def one(session: Session | EditSession) -> list[Row]:
         return list(replay(url, mode, session, label, args, headers))
 
     with ThreadPoolExecutor(max_workers=len(sessions)) as pool:
         done = list(pool.map(one, sessions))
     return [{**row, "concurrency": len(sessions)} for turns in done for row in turns]
+
+
+def sessions_of(shape: str, count: int, args: argparse.Namespace) -> list[Session | EditSession]:
+    """`count` sessions of a shape: generated, or real agents' captured ones."""
+    if shape == CAPTURED:
+        return list(edit_sessions(count, args.edits, args.agents))
+    generated = build_sessions(cast(Shape, shape), count, args.seed, args.system_tokens, args.turns)
+    return list(generated)
 
 
 def run(args: argparse.Namespace) -> list[Row]:
@@ -521,9 +561,7 @@ def run(args: argparse.Namespace) -> list[Row]:
             order = modes[k % len(modes) :] + modes[: k % len(modes)]
             for mode in order:
                 # Fresh copies for each mode: the same scripts, each mode its own answers.
-                group = build_sessions(
-                    shape, level * args.sessions, args.seed, args.system_tokens, args.turns
-                )[r * level : (r + 1) * level]
+                group = sessions_of(shape, level * args.sessions, args)[r * level : (r + 1) * level]
                 label = f"{shape} x{level} {r + 1}/{args.sessions}"
                 if mode == BARE:
                     port = free_port()
@@ -563,8 +601,8 @@ def _csv(text: str) -> list[str]:
 
 def _shapes(text: str) -> list[str]:
     shapes = _csv(text)
-    if not shapes or any(s not in SHAPES for s in shapes):
-        raise argparse.ArgumentTypeError(f"shapes are {', '.join(SHAPES)}")
+    if not shapes or any(s not in (*SHAPES, CAPTURED) for s in shapes):
+        raise argparse.ArgumentTypeError(f"shapes are {', '.join((*SHAPES, CAPTURED))}")
     return shapes
 
 
@@ -588,6 +626,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--turns", type=int, default=DEFAULT_TURNS, help="requests per session")
     p.add_argument("--system-tokens", type=int, default=DEFAULT_SYSTEM_TOKENS)
+    p.add_argument("--edits", type=int, default=2, help=f"renames per {CAPTURED} session")
+    p.add_argument(
+        "--agents", type=_csv, default=[], help=f"the agents {CAPTURED} replays (default: all)"
+    )
     p.add_argument(
         "--modes",
         type=_csv,
