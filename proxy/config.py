@@ -374,6 +374,11 @@ class Settings(BaseSettings):
         default = self.cache_dir / "scoreboards" / f"{self.backends_fingerprint()}.json"
         return self.scoreboard_file or default
 
+    def draft_lengths_path(self) -> Path:
+        """Where the draft lengths the router measured are kept: beside the scoreboard."""
+        board = self.scoreboard_path()
+        return board.with_name(f"{board.stem}.draft-lengths.json")
+
     @classmethod
     def settings_customise_sources(
         cls,

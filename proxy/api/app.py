@@ -151,8 +151,11 @@ def build_app(
         engines = {b.name: b.engine.name for b in app[POOL]}
         loaded = scoreboard.load(path, engines)
         log.info("scoreboard loaded", path=str(path), estimates=loaded)
+        if drafts is not None:
+            lengths = drafts.load(settings.draft_lengths_path())
+            log.info("draft lengths loaded", path=str(settings.draft_lengths_path()), arms=lengths)
         task = asyncio.create_task(
-            keep_measured(app[PIPELINE], settings, scoreboard, app[CALIBRATION], path)
+            keep_measured(app[PIPELINE], settings, scoreboard, app[CALIBRATION], path, drafts)
         )
         try:
             yield
@@ -161,6 +164,8 @@ def build_app(
             with contextlib.suppress(asyncio.CancelledError):
                 await task
             scoreboard.save(path)
+            if drafts is not None:
+                drafts.save(settings.draft_lengths_path())
 
     app.cleanup_ctx.append(backends_ctx)
     app.cleanup_ctx.append(measurements_ctx)

@@ -12,6 +12,7 @@ from proxy.config import Settings
 from proxy.llamacpp import Timings
 from proxy.log import get_logger
 from proxy.prompts import REFERENCE_PROMPTS, infill_body
+from proxy.routing.draft_length import DraftLengths
 from proxy.routing.scoreboard import Scoreboard
 from proxy.tasks import FIM_TASK, ROUTED_TASKS
 from proxy.tokens import FEW_CHARS_PER_TOKEN
@@ -133,8 +134,10 @@ async def keep_measured(
     scoreboard: Scoreboard,
     progress: CalibrationProgress,
     path: Path,
+    drafts: DraftLengths | None = None,
 ) -> None:
-    """Calibrate once backends are ready, then persist the scoreboard every half minute."""
+    """Calibrate once backends are ready, then persist the scoreboard (and the draft lengths)
+    every half minute."""
     if not settings.calibration_requests:
         progress.state = "off"
     await pipeline.pool.wait_ready()
@@ -152,4 +155,6 @@ async def keep_measured(
         progress.state, progress.requests = "done", made
     while True:
         scoreboard.save(path)
+        if drafts is not None:
+            drafts.save(settings.draft_lengths_path())
         await asyncio.sleep(_SAVE_EVERY_S)

@@ -5,14 +5,19 @@ ngram-mod), whatever the text. The best length depends on the text (a copied fil
 drafts, prose rejects them and pays for verifying them) and on the batch (every drafted token of
 every sequence is verified in the one batch). Our build takes a shorter cap per request
 (`speculative.n_max`), so per (strategy, class, load level) the router keeps the decode speed
-each length measured and sends the fastest, trying a neighbouring length now and then.
+each length measured and sends the fastest, trying a neighbouring length now and then. What it
+measured is saved beside the scoreboard, so a restarted proxy starts from it, not from the caps.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from proxy.routing.scoreboard import LOAD_LEVELS
 
@@ -139,3 +144,34 @@ class DraftLengths:
             best = self.best(backend, task, level)
             if best is not None:
                 yield DraftCell(backend, task, level, best, dict(sorted(arms.items())))
+
+    def save(self, path: Path) -> None:
+        """Persist every cell's lengths atomically as JSON."""
+        rows = [
+            {"backend": b, "task": t, "level": lv, "n_max": n, **asdict(arm)}
+            for (b, t, lv), arms in sorted(self._cells.items())
+            for n, arm in sorted(arms.items())
+        ]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # A name of its own, as the scoreboard's: proxies sharing a volume may save at once.
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+        tmp.write_text(json.dumps({"draft_lengths": rows}, indent=1))
+        os.replace(tmp, path)
+
+    def load(self, path: Path) -> int:
+        """Read lengths saved earlier; how many were loaded (0 if none or unreadable)."""
+        try:
+            rows = json.loads(path.read_text())["draft_lengths"]
+            cells: dict[tuple[str, str, int], dict[int, Arm]] = {}
+            for row in rows:
+                key = (str(row["backend"]), str(row["task"]), int(row["level"]))
+                acceptance = row.get("acceptance")
+                cells.setdefault(key, {})[int(row["n_max"])] = Arm(
+                    float(row["tokens_per_s"]),
+                    None if acceptance is None else float(acceptance),
+                    int(row["samples"]),
+                )
+        except (OSError, ValueError, TypeError, KeyError):
+            return 0
+        self._cells.update(cells)
+        return len(rows)

@@ -8,21 +8,26 @@ not the ones the constants were picked on (see `TUNED_ON`).
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+from proxy.api.state import ROUTER
+from proxy.config import Settings
 from proxy.exchange import Exchange, Route
 from proxy.measurement import Measurement
 from proxy.routing.break_even import speedup
 from proxy.routing.classifier import TaskClassifier
-from proxy.routing.draft_length import DraftLengths, ladder
+from proxy.routing.draft_length import MIN_SAMPLES, DraftLengths, ladder
 from proxy.routing.policy import RoutePolicy
 from proxy.routing.router import Router
 from proxy.routing.scoreboard import Scoreboard
 from proxy.tasks import AUTO_MODEL
+from tests.inprocess import fast_proxy
 from tests.policy_inputs import Backend, default_layout, measure
 
 # What YOUNG_SAMPLES and MIN_SAMPLES were chosen on: copied code (acceptance 0.9, cheap drafts).
@@ -163,3 +168,33 @@ def test_the_router_sends_a_speculative_strategy_its_fastest_measured_length() -
     exchange.contended = True
     router.record(exchange)
     assert 32 not in next(c for c in drafts.cells() if c.backend == "ngram").arms
+
+
+def test_what_the_lengths_measured_survives_a_restart_of_the_proxy(tmp_path: Path) -> None:
+    board = tmp_path / "board.json"
+    measured = DraftLengths(rng=random.Random(3))
+    for _ in range(MIN_SAMPLES):
+        measured.record("ngram", "code", 1, 8, 30.0, 0.7)
+        measured.record("ngram", "code", 1, 64, 20.0, 0.4)
+    assert measured.best("ngram", "code", 1) == 8
+    backends = [{"name": "plain", "url": "http://127.0.0.1:9"}]
+    settings_path = Settings(backends=backends, scoreboard_file=board).draft_lengths_path()
+    assert settings_path == tmp_path / "board.draft-lengths.json"
+    measured.save(settings_path)
+
+    async def restarted() -> tuple[int | None, int]:
+        async with fast_proxy(tmp_path, scoreboard_file=board) as proxy:
+            app = proxy.http.app
+            assert app is not None
+            drafts = app[ROUTER].drafts
+            assert drafts is not None
+            # Learned again after the restart: one more length measured, saved on the way out.
+            drafts.record("ngram", "echo", 1, 64, 50.0, 0.9)
+            return drafts.best("ngram", "code", 1), len(list(drafts.cells()))
+
+    assert asyncio.run(restarted()) == (8, 2)
+    again = DraftLengths()
+    assert again.load(settings_path) == 3
+    assert again.best("ngram", "code", 1) == 8 and again.best("ngram", "echo", 1) == 64
+    settings_path.write_text("{not json")
+    assert DraftLengths().load(settings_path) == 0

@@ -10,6 +10,7 @@ import pytest
 from loadtests.edit_turns import (
     DATA_DIR,
     EditTurn,
+    edit_opening,
     edit_turns,
     holds_file,
     load_all,
@@ -17,8 +18,10 @@ from loadtests.edit_turns import (
     text_of,
     tool_calls,
     tool_results,
+    written,
 )
 from proxy.api.surfaces import SURFACES, Surface
+from scripts import edit_turns_benchmark
 from proxy.routing.classifier import TaskClassifier
 
 # Every agent scripts/capture_edit_turns.py captures: four with tool calls, aider with text.
@@ -120,3 +123,31 @@ def test_the_classifier_routes_each_edit_turn_as_echo(agent: str) -> None:
     turn = TURNS[agent]
     view = surface_of(turn).view(turn.body)
     assert TaskClassifier().classify(view) == "echo"
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_an_edits_opening_stops_where_the_model_starts_copying_the_file(agent: str) -> None:
+    turn = TURNS[agent]
+    opening, whole = edit_opening(turn), written(turn)
+    assert whole.startswith(opening) and len(opening) < len(whole) // 4
+    rest = whole[len(opening) :]
+    if turn.tool is None:
+        assert rest.startswith(turn.file_after.splitlines()[0])
+    elif "*** Update File" in opening:
+        assert rest.startswith("@@")
+    else:
+        assert rest.startswith(json.dumps(turn.file_after)[1:20])
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_a_prefilled_edit_turn_passes_its_surfaces_validation(agent: str) -> None:
+    turn = TURNS[agent]
+    body = edit_turns_benchmark.request_body(turn, "plain", "kolasu", 64, prefill=True)
+    surface_of(turn).check(copy.deepcopy(body))
+    names = edit_turns_benchmark.defined_names(turn.file_before, turn.file_after)
+    share = edit_turns_benchmark.written_share
+    whole = edit_turns_benchmark.renamed(written(turn), names, "kolasu")
+    assert share(turn, names, "kolasu", whole) == 1.0
+    assert share(turn, names, "kolasu", edit_opening(turn)) == 0.0
+    half = whole[: (len(edit_opening(turn)) + len(whole)) // 2]
+    assert 0.45 < share(turn, names, "kolasu", half) < 0.55
