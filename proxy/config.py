@@ -219,7 +219,9 @@ class Settings(BaseSettings):
         description="budgets of the devices backends share (default: cpu = its cores, else 1)",
     )
     scoreboard_file: Path | None = Field(
-        default=None, description="where measurements persist (default: in cache_dir)"
+        default=None,
+        description="where measurements persist (default: in cache_dir); the draft lengths "
+        "beside it (`<name>.draft-lengths.json`)",
     )
     prompt_archive_mib: int = Field(
         default=8192,
