@@ -106,12 +106,7 @@ def send_edit_turn(
         result.seconds = time.perf_counter() - t0
         return result
     result.seconds = time.perf_counter() - t0
-    result.status = resp.status_code
-    result.backend = resp.headers.get("X-Specproxy-Backend")
-    result.route = resp.headers.get("X-Specproxy-Route")
-    result.task = resp.headers.get("X-Specproxy-Task")
-    if resp.status_code != 200:
-        result.error = f"HTTP {resp.status_code}: {resp.text[:300]}"
+    if not result.take_status(resp):
         return result
     try:
         data = resp.json()

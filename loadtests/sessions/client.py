@@ -120,6 +120,17 @@ class TurnResult:
         """Whether the turn got a complete answer."""
         return self.error is None
 
+    def take_status(self, resp: requests.Response) -> bool:
+        """The response's status and the proxy's headers; False (the error noted) unless 200."""
+        self.status = resp.status_code
+        self.backend = resp.headers.get("X-Specproxy-Backend")
+        self.route = resp.headers.get("X-Specproxy-Route")
+        self.task = resp.headers.get("X-Specproxy-Task")
+        if resp.status_code != 200:
+            self.error = f"HTTP {resp.status_code}: {resp.text[:300]}"
+            return False
+        return True
+
 
 def send_turn(
     http: requests.Session,
@@ -194,12 +205,7 @@ def _post(
         stream=True,
         timeout=(10, timeout_s),
     ) as resp:
-        result.status = resp.status_code
-        result.backend = resp.headers.get("X-Specproxy-Backend")
-        result.route = resp.headers.get("X-Specproxy-Route")
-        result.task = resp.headers.get("X-Specproxy-Task")
-        if resp.status_code != 200:
-            result.error = f"HTTP {resp.status_code}: {resp.text[:300]}"
+        if not result.take_status(resp):
             return
         # chunk_size=None hands over each chunk as it arrives: exact first-token time.
         for chunk in resp.iter_content(chunk_size=None):
