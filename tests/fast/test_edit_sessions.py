@@ -18,6 +18,7 @@ from loadtests.edit_sessions import (
 )
 from loadtests.edit_turns import EditTurn, apply_edit, holds_file, load_all, tool_results
 from proxy.api.surfaces import SURFACES
+from scripts import session_benchmark
 
 TURNS = {turn.agent: turn for turn in load_all()}
 AGENTS = sorted(TURNS)
@@ -155,3 +156,17 @@ def test_a_whole_answer_is_read_on_every_surface() -> None:
     body = request_body("/v1/responses", edit_session(TURNS["codex"]).turns[0], "plain", 9)
     assert body["max_output_tokens"] == 9 and body["stream"] is False and body["model"] == "plain"
     assert json.dumps(body)  # serializable as sent
+
+
+def test_the_session_benchmark_replays_captured_sessions_as_a_shape_of_its_own() -> None:
+    args = session_benchmark.parse_args(
+        ["--shapes", "captured-edits,edit-heavy", "--edits", "2", "--agents", "codex,aider"]
+    )
+    assert args.shapes == ["captured-edits", "edit-heavy"]
+    captured = session_benchmark.sessions_of("captured-edits", 3, args)
+    assert [s.agent for s in captured if isinstance(s, EditSession)] == ["aider", "codex", "aider"]
+    assert len(captured[1].turns) == 6  # two renames of read, edit, done
+    generated = session_benchmark.sessions_of("edit-heavy", 2, args)
+    assert not any(isinstance(s, EditSession) for s in generated)
+    with pytest.raises(SystemExit):
+        session_benchmark.parse_args(["--shapes", "captured"])

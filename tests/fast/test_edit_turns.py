@@ -21,8 +21,8 @@ from loadtests.edit_turns import (
     written,
 )
 from proxy.api.surfaces import SURFACES, Surface
-from scripts import edit_turns_benchmark
 from proxy.routing.classifier import TaskClassifier
+from scripts import edit_turns_benchmark
 
 # Every agent scripts/capture_edit_turns.py captures: four with tool calls, aider with text.
 AGENTS = ("aider", "claude-code", "codex", "opencode", "qwen-code")
