@@ -164,8 +164,9 @@ def test_the_session_benchmark_replays_captured_sessions_as_a_shape_of_its_own()
     )
     assert args.shapes == ["captured-edits", "edit-heavy"]
     captured = session_benchmark.sessions_of("captured-edits", 3, args)
-    assert [s.agent for s in captured if isinstance(s, EditSession)] == ["aider", "codex", "aider"]
-    assert len(captured[1].turns) == 6  # two renames of read, edit, done
+    replayed = [s for s in captured if isinstance(s, EditSession)]
+    assert [s.agent for s in replayed] == ["aider", "codex", "aider"]
+    assert len(replayed[1].turns) == 6  # two renames of read, edit, done
     generated = session_benchmark.sessions_of("edit-heavy", 2, args)
     assert not any(isinstance(s, EditSession) for s in generated)
     with pytest.raises(SystemExit):
