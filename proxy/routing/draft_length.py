@@ -74,22 +74,25 @@ class DraftLengths:
         self.alpha = alpha
         self._rng = rng or random.Random()
         self._cells: dict[tuple[str, str, int], dict[int, Arm]] = {}
+        # Each backend's own length, the incumbent a tried length must beat (learnt in choose).
+        self._caps: dict[str, int] = {}
 
     def best(self, backend: str, task: str, level: int) -> int | None:
-        """The fastest length measured at this level (by MIN_SAMPLES or more), if any."""
+        """The fastest length measured at this level: among those with MIN_SAMPLES or more,
+        and the backend's own length (its cap) however few it has, since that is what the
+        process drafts without us; None before either."""
         arms = self._cells.get((backend, task, level), {})
-        sure = {n: a for n, a in arms.items() if a.samples >= MIN_SAMPLES}
+        cap = self._caps.get(backend)
+        sure = {n: a for n, a in arms.items() if a.samples >= MIN_SAMPLES or n == cap}
         if not sure:
-            # Before any length has enough samples the one measured most stands.
-            if not arms:
-                return None
-            return max(arms, key=lambda n: (arms[n].samples, arms[n].tokens_per_s))
+            return None
         return max(sure, key=lambda n: sure[n].tokens_per_s)
 
     def choose(self, backend: str, task: str, level: int, cap: int) -> DraftChoice:
         """This request's length: the cell's best, else a lighter load's best shortened one
         step per doubling of the batch, else the cap; a neighbour of it for a share of them."""
         steps = ladder(cap)
+        self._caps[backend] = steps[-1]
         current = self._current(backend, task, level, steps)
         arms = self._cells.get((backend, task, level), {})
         young = sum(a.samples for a in arms.values()) < YOUNG_SAMPLES

@@ -127,6 +127,23 @@ def test_a_length_needs_a_few_samples_before_one_lucky_request_makes_it_the_best
     assert drafts.best("ngram", "code", 1) == 32
 
 
+def test_one_tried_length_does_not_displace_the_backends_own_before_it_beat_it() -> None:
+    # Measured in the routing benchmark of 2026-12-07: an echo cell's first request tried 32,
+    # and that one sample made 32 the cell's length (most samples) over the cap of 64, which
+    # copies a file at 39 tokens/s to 32's 25: auto lost 8 % to pinned ngram on echo.
+    drafts = DraftLengths(explore_share=0.0)
+    assert drafts.choose("ngram", "echo", 1, 64).n_max == 64
+    drafts.record("ngram", "echo", 1, 32, 25.0, 0.86)
+    assert drafts.choose("ngram", "echo", 1, 64).n_max == 64
+    drafts.record("ngram", "echo", 1, 64, 39.0, 1.0)
+    for _ in range(MIN_SAMPLES):
+        drafts.record("ngram", "echo", 1, 32, 30.0, 0.9)
+    assert drafts.choose("ngram", "echo", 1, 64).n_max == 64  # 32 is sure now, and slower
+    for _ in range(6):
+        drafts.record("ngram", "echo", 1, 32, 60.0, 0.95)
+    assert drafts.choose("ngram", "echo", 1, 64).n_max == 32
+
+
 def _routed(router: Router, backends: list[Backend], model: str = AUTO_MODEL) -> Route:
     exchange = Exchange("chat", "r", task="code")
     exchange.model = model
@@ -189,12 +206,13 @@ def test_what_the_lengths_measured_survives_a_restart_of_the_proxy(tmp_path: Pat
             drafts = app[ROUTER].drafts
             assert drafts is not None
             # Learned again after the restart: one more length measured, saved on the way out.
-            drafts.record("ngram", "echo", 1, 64, 50.0, 0.9)
+            for _ in range(MIN_SAMPLES):
+                drafts.record("ngram", "echo", 1, 64, 50.0, 0.9)
             return drafts.best("ngram", "code", 1), len(list(drafts.cells()))
 
     assert asyncio.run(restarted()) == (8, 2)
     again = DraftLengths()
-    assert again.load(settings_path) == 3
+    assert again.load(settings_path) == 3  # arms: code's two lengths, echo's one
     assert again.best("ngram", "code", 1) == 8 and again.best("ngram", "echo", 1) == 64
     settings_path.write_text("{not json")
     assert DraftLengths().load(settings_path) == 0
