@@ -95,6 +95,11 @@ def request_body(
         key = "input" if turn.surface.endswith("/responses") else "messages"
         opening = renamed(edit_opening(turn), names, word)
         body[key] = [*body[key], assistant_says(turn.surface, opening)]
+        # Not parsed as a tool call: an edit cut at --max-tokens, or one the model ends off the
+        # format, is a 500 from llama-server's tool-call parser, and its timings are lost.
+        # llama-server's Messages conversion drops {"type": "none"} (a parsed call there).
+        surface_none = {"type": "none"} if turn.surface.endswith("/messages") else "none"
+        body["tool_choice"] = surface_none
     body["model"] = mode
     body["stream"] = False
     body["temperature"] = 0
