@@ -1,7 +1,7 @@
 """Real agents' captured edit sessions replayed through specproxy on each agent's own surface.
 
-Claude Code's Messages, Codex's Responses, the others' chat: every request of one rename per
-agent (tests/data/edit_turns/, grown by loadtests/edit_sessions.py) on the agents' config
+Claude Code's Messages, Codex's Responses, opencode's and aider's chat: every request of one
+rename per agent (tests/data/edit_turns/, grown by loadtests/edit_sessions.py) on the agents' config
 (Qwen2.5-Coder-0.5B, whose 32 k context holds their 2-20 k-token prompts), answers cut short:
 what is tested is that the proxy and llama-server take each agent's conversation as the agent
 sends it, that a session's later turns find its earlier ones in the prompt cache, and that the
@@ -23,6 +23,9 @@ from tests.warm_starts import AGENT_CONFIG
 
 pytestmark = pytest.mark.timeout(1800)
 SHORT = {"open": 8, "edit": 16, "close": 8}
+# Every surface and message shape, each once: Qwen Code's session is chat with tool calls as
+# opencode's is, and its 20 k-token prompt alone took 6 of this test's 16 minutes here.
+AGENTS = ("aider", "claude-code", "codex", "opencode")
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +37,11 @@ def edit_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProx
 
 
 def test_every_agents_captured_session_replays_on_its_surface(edit_proxy: RunningProxy) -> None:
-    agents = [turn.agent for turn in load_all()]
-    sessions = edit_sessions(len(agents), tasks=1)
-    assert sorted(s.agent for s in sessions) == sorted(agents)
+    captured = {turn.agent: turn.surface for turn in load_all()}
+    assert set(AGENTS) <= set(captured)
+    assert {captured[a] for a in AGENTS} == set(captured.values())  # every surface
+    sessions = edit_sessions(len(AGENTS), tasks=1, agents=AGENTS)
+    assert sorted(s.agent for s in sessions) == sorted(AGENTS)
     with requests.Session() as http:
         for session in sessions:
             results = [
