@@ -12,13 +12,12 @@ measured is saved beside the scoreboard, so a restarted proxy starts from it, no
 from __future__ import annotations
 
 import json
-import os
 import random
-import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from proxy.json_file import write_json
 from proxy.routing.scoreboard import LOAD_LEVELS
 
 # Samples a length needs before it may become a cell's best: one prompt's acceptance says
@@ -155,11 +154,7 @@ class DraftLengths:
             for (b, t, lv), arms in sorted(self._cells.items())
             for n, arm in sorted(arms.items())
         ]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # A name of its own, as the scoreboard's: proxies sharing a volume may save at once.
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-        tmp.write_text(json.dumps({"draft_lengths": rows}, indent=1))
-        os.replace(tmp, path)
+        write_json(path, {"draft_lengths": rows})
 
     def load(self, path: Path) -> int:
         """Read lengths saved earlier; how many were loaded (0 if none or unreadable)."""

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from proxy.json_file import write_json
 from proxy.llamacpp import Timings
 
 LOAD_LEVELS = (1, 2, 4, 8)
@@ -268,7 +267,6 @@ class Scoreboard:
 
     def save(self, path: Path) -> None:
         """Persist atomically as JSON."""
-        path.parent.mkdir(parents=True, exist_ok=True)
         rows = [
             {"backend": b, "task": t, "level": lv, **asdict(e)}
             for table in (self._table, self._noisy)
@@ -287,11 +285,7 @@ class Scoreboard:
                 {"intent": i, "task": t, "tokens": n} for (i, t), n in self._agent_tokens.items()
             ],
         }
-        # A name of its own: proxies sharing one file (a volume in Kubernetes) may save at the
-        # same moment, and a shared temporary name would make one's rename fail.
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-        tmp.write_text(json.dumps(document, indent=1))
-        os.replace(tmp, path)
+        write_json(path, document)
 
     def load(self, path: Path, engines: Mapping[str, str] | None = None) -> int:
         """Read estimates saved earlier; returns how many were loaded (0 if none or unreadable).
