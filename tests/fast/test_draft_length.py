@@ -40,6 +40,13 @@ def expected(n: int, acceptance: float, cost: float, base: float = 20.0) -> floa
     return base * speedup(acceptance, n, cost)
 
 
+def accepted_share(n: int, acceptance: float) -> float:
+    """Accepted / drafted tokens at length n, as a backend reports them: a step's draft is cut
+    at its first rejected token, so long drafts of the same text report less."""
+    a = min(acceptance, 0.999)
+    return a * (1 - a**n) / ((1 - a) * n)
+
+
 def run(
     drafts: DraftLengths, acceptance: float, cost: float, requests: int, seed: int
 ) -> list[int]:
@@ -49,7 +56,8 @@ def run(
     for _ in range(requests):
         pick = drafts.choose("ngram", "edit", 1, 64)
         speed = expected(pick.n_max, acceptance, cost) * math.exp(noise.gauss(0, 0.15))
-        drafts.record("ngram", "edit", 1, pick.n_max, speed, acceptance)
+        share = accepted_share(pick.n_max, acceptance)
+        drafts.record("ngram", "edit", 1, pick.n_max, speed, share)
         sent.append(pick.n_max)
     return sent
 
@@ -95,6 +103,32 @@ def test_trying_stays_next_to_the_best_and_within_its_share_once_measured() -> N
     i = steps.index(best)
     assert {p.n_max for p in tried} <= {steps[j] for j in (i - 1, i + 1) if 0 <= j < len(steps)}
     assert all(p.n_max == best for p in picks if not p.explored)
+
+
+def test_a_copy_whose_drafts_are_nearly_all_accepted_never_tries_a_shorter_length() -> None:
+    # The routing benchmark of 2026-12-07: pinned ngram copied files at 64 (0.93 of drafted
+    # tokens accepted), and every echo request auto tried at 32 cost it a third of its speed.
+    drafts = DraftLengths(explore_share=0.1, rng=random.Random(7))
+    first = [drafts.choose("ngram", "echo", 1, 64) for _ in range(50)]
+    assert {p.n_max for p in first} == {64}  # nothing tried before the cap's first sample
+    drafts.record("ngram", "echo", 1, 64, 39.0, 0.93)
+    picks = [drafts.choose("ngram", "echo", 1, 64) for _ in range(500)]
+    assert {p.n_max for p in picks} == {64}
+    # Mostly rejected, the cell tries shorter; in between, both sides.
+    drafts.record("ngram", "prose", 1, 64, 9.0, 0.1)
+    assert {drafts.choose("ngram", "prose", 1, 64).n_max for _ in range(200)} == {32, 64}
+    drafts.record("ngram", "code", 1, 8, 12.0, 0.5)
+    for _ in range(MIN_SAMPLES):
+        drafts.record("ngram", "code", 1, 64, 8.0, 0.2)
+        drafts.record("ngram", "code", 1, 8, 12.0, 0.5)
+    assert {drafts.choose("ngram", "code", 1, 64).n_max for _ in range(400)} == {4, 8}
+    drafts.record("ngram", "code", 1, 4, 11.0, 0.6)  # the side measured least is tried next
+    assert {drafts.choose("ngram", "code", 1, 64).n_max for _ in range(400)} == {8, 16}
+    # Mostly accepted below the cap, the cell tries longer only.
+    for _ in range(MIN_SAMPLES):
+        drafts.record("ngram", "edit", 1, 16, 30.0, 0.9)
+        drafts.record("ngram", "edit", 1, 64, 20.0, 0.5)
+    assert {drafts.choose("ngram", "edit", 1, 64).n_max for _ in range(400)} == {16, 32}
 
 
 def test_explore_share_zero_never_tries_another_length() -> None:
