@@ -276,6 +276,37 @@ def test_infill_is_routed_and_measured_as_fim(coder: RunningProxy) -> None:
     )
 
 
+WRITE_FILE = {
+    "name": "write_file",
+    "description": "Write a file.",
+    "input_schema": {
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+        "required": ["path", "content"],
+    },
+}
+
+
+def test_messages_tool_choice_none_answers_a_cut_tool_call_as_text(coder: RunningProxy) -> None:
+    # Patch 0009: llama-server's Messages conversion dropped {"type": "none"}, so the answer
+    # was parsed for tool calls, and one cut at max_tokens was a 500 ("does not match the
+    # expected peg-native format"). Qwen2.5's own tool-call opening makes the cut certain.
+    opening = '<tool_call>\n{"name": "write_file", "arguments": {"path": "hello.py", "content": "'
+    with anthropic.Anthropic(base_url=coder.url, api_key="unused", max_retries=0) as claude:
+        message = claude.messages.create(
+            model="coder",
+            max_tokens=3,  # inside the string: the tool call cannot close
+            tools=[WRITE_FILE],  # type: ignore[list-item]
+            tool_choice={"type": "none"},
+            messages=[
+                {"role": "user", "content": "Write hello.py, printing hello, with write_file."},
+                {"role": "assistant", "content": opening},
+            ],
+        )
+    assert message.stop_reason == "max_tokens", message
+    assert [block.type for block in message.content] == ["text"]
+
+
 def test_infill_without_fim_tokens_says_so(proxy: RunningProxy) -> None:
     status, headers, error = post(proxy, "/infill", FIM)
     assert status == 501 and "Infill is not supported by this model" in error["error"]["message"]
