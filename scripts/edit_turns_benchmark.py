@@ -97,7 +97,7 @@ def request_body(
         body[key] = [*body[key], assistant_says(turn.surface, opening)]
         # Not parsed as a tool call: an edit cut at --max-tokens, or one the model ends off the
         # format, is a 500 from llama-server's tool-call parser, and its timings are lost.
-        # llama-server's Messages conversion drops {"type": "none"} (a parsed call there).
+        # Messages spells it {"type": "none"}; our build's patch 0009 keeps it (upstream drops it).
         surface_none = {"type": "none"} if turn.surface.endswith("/messages") else "none"
         body["tool_choice"] = surface_none
     body["model"] = mode
