@@ -346,11 +346,13 @@ def edit_session(turn: EditTurn, tasks: int = 2, variant: int = 0) -> EditSessio
     )
 
 
-def edit_sessions(count: int, tasks: int = 2, agents: Sequence[str] = ()) -> list[EditSession]:
-    """`count` sessions, the captured agents in turn (each a new variant once all have had one)."""
+def edit_sessions(
+    count: int, tasks: int = 2, agents: Sequence[str] = (), first_variant: int = 0
+) -> list[EditSession]:
+    """`count` sessions, the captured agents in turn (each a new variant once all have had one),
+    from `first_variant` on: another run's sessions with the same agents and new tasks."""
     captured = [t for t in load_all() if not agents or t.agent in agents]
     if not captured:
         raise ValueError(f"no captured edit turn for agents {list(agents)}")
-    return [
-        edit_session(captured[i % len(captured)], tasks, i // len(captured)) for i in range(count)
-    ]
+    n = len(captured)
+    return [edit_session(captured[i % n], tasks, first_variant + i // n) for i in range(count)]

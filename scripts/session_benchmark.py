@@ -524,7 +524,7 @@ def together(
 def sessions_of(shape: str, count: int, args: argparse.Namespace) -> list[Session | EditSession]:
     """`count` sessions of a shape: generated, or real agents' captured ones."""
     if shape == CAPTURED:
-        return list(edit_sessions(count, args.edits, args.agents))
+        return list(edit_sessions(count, args.edits, args.agents, first_variant=args.seed))
     generated = build_sessions(cast(Shape, shape), count, args.seed, args.system_tokens, args.turns)
     return list(generated)
 
@@ -636,7 +636,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"{BARE}, backend names, auto, run in this order (default: {BARE}, every "
         "backend, then auto)",
     )
-    p.add_argument("--seed", type=int, default=0, help="which sessions (the same in every mode)")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help=f"which sessions (the same in every mode); for {CAPTURED}, the first variant: "
+        "0 starts from each captured request word for word, others name the new functions anew",
+    )
     p.add_argument("--out", type=Path, default=Path("session-results"), help="report folder")
     # Agents resend up to 20 k tokens; on two CPU cores a cold one takes minutes.
     p.add_argument("--ctx", type=int, default=32768, help="bare llama-server's -c")

@@ -120,6 +120,10 @@ def test_sessions_take_the_agents_in_turn_then_new_variants() -> None:
     task = again["messages"][-1]["content"]
     assert f"`{renames(TURNS['aider'], 1, 1)[0].new}`" in task and "`split_line`" not in task
     assert [s.agent for s in edit_sessions(2, agents=["codex"])] == ["codex", "codex"]
+    # A later run starts from a later variant: the same agents, new tasks.
+    later = edit_sessions(5, tasks=1, first_variant=1)
+    assert [s.id for s in later] == [s.id.replace("-v0", "-v1") for s in sessions[:5]]
+    assert later[0].turns[0].body == again
     with pytest.raises(ValueError, match="no captured edit turn"):
         edit_sessions(1, agents=["nobody"])
 
