@@ -135,9 +135,12 @@ def next_answer_class(messages: Sequence[Any]) -> TaskClass:
     the file in view). A question, once a tool result came back, is answered in prose. Anything
     else is a short tool call or new code: code.
     """
-    steps = [
-        step for m in list(messages)[-_RECENT:] if isinstance(m, Mapping) for step in _steps(m)
-    ]
+    turns = list(messages)
+    # A client's own start of the answer (a trailing assistant message, which the server
+    # continues) is the turn before it, carried on.
+    while turns and isinstance(turns[-1], Mapping) and turns[-1].get("role") == "assistant":
+        turns.pop()
+    steps = [step for m in turns[-_RECENT:] if isinstance(m, Mapping) for step in _steps(m)]
     instruction = max((i for i, s in enumerate(steps) if s.kind == "instruction"), default=-1)
     if instruction < 0:
         return "code"

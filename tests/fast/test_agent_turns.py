@@ -97,6 +97,14 @@ def test_the_classifier_routes_agent_turns_through_it() -> None:
     assert classifier.classify({"messages": openai_turns("rename x"), "tools": TOOLS}) == "code"
 
 
+def test_an_answer_the_client_began_is_classed_as_the_turn_it_continues() -> None:
+    read = openai_turns("rename compute to evaluate in app.py", call("read_file"), result(FILE))
+    begun = '<tool_call>\n{"name": "write_file", "arguments": {"content": "def evaluate('
+    assert next_answer_class([*read, {"role": "assistant", "content": begun}]) == "echo"
+    explain = openai_turns("what does app.py do?", call("read_file"), result(FILE))
+    assert next_answer_class([*explain, {"role": "assistant", "content": "It"}]) == "prose"
+
+
 def test_the_cpu_meter_sees_another_program_and_not_its_own() -> None:
     meter = CpuMeter(lambda: [])
     # Half the machine's cores busy: half its CPU time, whatever the machine.
