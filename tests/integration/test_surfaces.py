@@ -276,7 +276,7 @@ def test_infill_is_routed_and_measured_as_fim(coder: RunningProxy) -> None:
     )
 
 
-WRITE_FILE = {
+WRITE_FILE: anthropic.types.ToolParam = {
     "name": "write_file",
     "description": "Write a file.",
     "input_schema": {
@@ -296,7 +296,7 @@ def test_messages_tool_choice_none_answers_a_cut_tool_call_as_text(coder: Runnin
         message = claude.messages.create(
             model="coder",
             max_tokens=3,  # inside the string: the tool call cannot close
-            tools=[WRITE_FILE],  # type: ignore[list-item]
+            tools=[WRITE_FILE],
             tool_choice={"type": "none"},
             messages=[
                 {"role": "user", "content": "Write hello.py, printing hello, with write_file."},
