@@ -143,7 +143,7 @@ def test_the_build_stamp_holds_the_series_hash_and_a_changed_patch_changes_it(
     assert patch_set_id((series[0], renamed)) not in (before, patch_set_id(series[:1]))
 
 
-def test_the_series_is_nine_patches_and_one_adds_the_build_marker(tmp_path: Path) -> None:
+def test_the_series_is_ten_patches_and_one_adds_the_build_marker(tmp_path: Path) -> None:
     series = patch_files()
     assert [p.name[:4] for p in series] == [
         "0001",
@@ -155,6 +155,7 @@ def test_the_series_is_nine_patches_and_one_adds_the_build_marker(tmp_path: Path
         "0007",
         "0008",
         "0009",
+        "0010",
     ]
     assert all(PatchFile.read(p).files for p in series)
     # The marker comes from a patch's added text, so only a binary built with it holds it.

@@ -129,6 +129,28 @@ def test_a_request_may_lower_its_draft_length(servers: Servers) -> None:
     assert two.draft_n <= 2 * two.predicted_n
 
 
+def test_anthropic_messages_requests_keep_their_speculation(servers: Servers) -> None:
+    # Patch 0010: the Messages conversion dropped every field it does not know, speculative.*
+    # included, so Claude Code's turns routed to plain decoding drafted with the process's
+    # speculators anyway, at the process's length.
+    def drafted(fields: Mapping[str, object]) -> Timings:
+        body = {
+            "model": "any",
+            "max_tokens": 64,
+            "temperature": 0,
+            "messages": [{"role": "user", "content": ECHO}],
+            **fields,
+        }
+        resp = requests.post(f"{servers.engine}/v1/messages", json=body, timeout=300)
+        assert resp.status_code == 200, resp.text
+        return Timings.parse(resp.json()["timings"])
+
+    assert drafted({}).draft_n > 0
+    assert drafted({"speculative.n_max": 0}).draft_n == 0
+    two = drafted({"speculative.types": ["draft-simple"], "speculative.n_max": 2})
+    assert 0 < two.draft_n <= 2 * two.predicted_n
+
+
 def test_requests_with_different_settings_decode_in_one_batch(servers: Servers) -> None:
     solo_off, _ = ask(servers.engine, ECHO, max_tokens=96, fields={"speculative.n_max": 0})
     arrivals: dict[str, list[float]] = {"off": [], "on": []}
