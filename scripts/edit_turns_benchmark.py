@@ -162,6 +162,7 @@ def main() -> int:
     turns = [t for t in load_all() if not args.agents or t.agent in args.agents.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
+    answers: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         config = config_with_copy(Path(tmp) / "config.yaml")
         log = args.out / "proxy.log"
@@ -189,8 +190,10 @@ def main() -> int:
                         resp = requests.post(f"{proxy.url}{turn.surface}", json=body, timeout=3600)
                         entry = logged(log, resp.headers.get("X-Request-Id", ""))
                         share = None
-                        if resp.status_code == 200 and args.prefill:
+                        if resp.status_code == 200:
                             text = as_written(turn.surface, resp.json())
+                            answers.append({"agent": turn.agent, "mode": mode, "answer": text})
+                        if resp.status_code == 200 and args.prefill:
                             names = defined_names(turn.file_before, turn.file_after)
                             share = round(written_share(turn, names, word, text), 3)
                         row = {
@@ -217,6 +220,8 @@ def main() -> int:
                         rows.append(row)
                         print(json.dumps(row), flush=True)
     (args.out / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # What each answer said: what "written" compared, to read where an answer went its own way.
+    (args.out / "answers.jsonl").write_text("".join(json.dumps(a) + "\n" for a in answers))
     report(rows)
     return 0
 
