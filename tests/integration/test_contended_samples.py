@@ -67,7 +67,7 @@ def test_samples_from_a_busy_machine_do_not_decide_once_it_is_quiet(
         # Quiet again: the busy-machine estimate is re-measured at once, and then decides.
         assert routes[0] == ("two", "recheck"), routes
         assert [b for b, _ in routes[1:]] == ["two"] * 3, routes
-        # And it was right to: measured side by side on the quiet machine, two threads win.
+        # Its estimate is now a quiet machine's. (Which thread count decodes faster is the
+        # hardware's to say: on 2026-12-07 this machine ran one thread at 173 t/s, two at 122.)
         quiet = {r["backend"]: r for r in get_json(f"{proxy.url}/scoreboard")[1]["estimates"]}
-        assert not quiet["two"]["contended"]
-        assert quiet["two"]["tokens_per_s"] > quiet["one"]["tokens_per_s"], quiet
+        assert not quiet["two"]["contended"], quiet
