@@ -241,8 +241,8 @@ class Settings(BaseSettings):
     model_aliases: dict[str, str] = Field(
         default_factory=lambda: dict(AGENT_MODEL_ALIASES),
         description="model names clients send (exact or glob like `claude-*`) -> auto, "
-        "auto-<task> or a backend name (env: JSON object); a config that sets it replaces the "
-        "agents' names served by auto by default",
+        "auto-<task> or a backend name (env: JSON object); added to the agents' names served "
+        'by auto by default, ahead of them; `null` removes one (`"gpt-*": null`)',
     )
 
     api_keys: list[SecretStr] = Field(
@@ -273,6 +273,16 @@ class Settings(BaseSettings):
             except OSError as exc:
                 raise ConfigError(f"api_keys_file {self.api_keys_file}: {exc}") from exc
         return [k.encode() for k in keys if k]
+
+    @field_validator("model_aliases", mode="before")
+    @classmethod
+    def _aliases_add_to_the_agents(cls, aliases: Any) -> Any:
+        if not isinstance(aliases, dict):
+            return aliases
+        # Ahead of the agents' names, so a config's narrower pattern (`qwen2.5-coder:*`) is
+        # tried before the agents' broad one (`qwen*`); null takes an agent's name out.
+        merged = {**aliases, **{k: v for k, v in AGENT_MODEL_ALIASES.items() if k not in aliases}}
+        return {name: target for name, target in merged.items() if target is not None}
 
     @field_validator("backend_host")
     @classmethod

@@ -98,7 +98,7 @@ def test_model_aliases_exact_names_then_patterns_in_order(
     aliases = ModelAliases(load_settings(write(tmp_path, text)).model_aliases)
     assert aliases.resolve("claude-haiku-4-5") == "a", "an exact name beats every pattern"
     assert aliases.resolve("claude-haiku-3") == "auto", "patterns in the order the file lists"
-    assert aliases.resolve("Claude-x") is None and aliases.resolve("gpt-4") is None
+    assert aliases.resolve("Claude-x") is None and aliases.resolve("mistral-7b") is None
     monkeypatch.setenv("SPECPROXY_MODEL_ALIASES", '{"gpt-*": "auto-prose"}')
     merged = load_settings(write(tmp_path, text)).model_aliases
     assert merged["gpt-*"] == "auto-prose" and merged["claude-*"] == "auto", "env adds aliases"
@@ -216,11 +216,35 @@ def test_a_config_without_aliases_still_serves_the_agents_names(tmp_path: Path) 
     aliases = ModelAliases(bare.model_aliases)
     for name in ("claude-opus-4-8", "gpt-5.2-codex", "o4-mini", "qwen3-coder-plus"):
         assert aliases.resolve(name) == "auto", name
-    own = load_settings(
-        write(tmp_path, "model_aliases: {gpt-4o: a}\nbackends:\n  - {name: a, model: m}\n")
+
+
+# What Claude Code, Qwen Code and Continue send when nobody named a model (docs/agents.md).
+AGENT_NAMES = ("claude-opus-4-8", "qwen3.5-plus", "gpt-4o")
+
+
+def test_aliases_in_the_environment_add_to_the_agents_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SPECPROXY_MODEL_ALIASES", '{"my-model": "plain"}')
+    aliases = ModelAliases(load_settings().model_aliases)
+    assert aliases.resolve("my-model") == "plain"
+    for name in AGENT_NAMES:
+        assert aliases.resolve(name) == "auto", name
+
+
+def test_aliases_in_a_config_add_to_the_agents_names_and_null_removes_one(
+    tmp_path: Path,
+) -> None:
+    text = (
+        "model_aliases:\n  gpt-4o-mini: a\n  'qwen2.5-coder:*': auto-code\n  'codex-*': null\n"
+        "backends:\n  - {name: a, model: m}\n"
     )
-    # A config's own aliases replace the default's.
-    assert ModelAliases(own.model_aliases).resolve("claude-opus-4-8") is None
+    aliases = ModelAliases(load_settings(write(tmp_path, text)).model_aliases)
+    for name in AGENT_NAMES:
+        assert aliases.resolve(name) == "auto", name
+    assert aliases.resolve("gpt-4o-mini") == "a", "an exact name beats the agents' patterns"
+    assert aliases.resolve("qwen2.5-coder:7b") == "auto-code", "the config's patterns come first"
+    assert aliases.resolve("codex-mini") is None, "null takes an agent's name out"
 
 
 def test_one_requests_context_is_the_whole_cache_when_slots_share_it() -> None:

@@ -21,7 +21,12 @@ from tests.inprocess import FastProxy, fast_proxy
 # process: worker processes, each with its own proxy, were no faster on the 2-core machines.
 IN_PROCESS_CASES = int(os.environ.get("FUZZ_CASES", "10010"))
 BACKENDS: dict[str, dict[str, Any]] = {"plain": {}, "draft": {}, "ngram": {"kind": "ngram"}}
-ALIASES = {"gpt-4o-mini": "plain", "claude-*": "auto", "qwen2.5-coder:*": "auto-code"}
+ALIASES: dict[str, str | None] = {
+    "gpt-4o-mini": "plain",
+    "claude-*": "auto",
+    "qwen2.5-coder:*": "auto-code",
+    "gpt-*": None,
+}
 
 
 @contextmanager

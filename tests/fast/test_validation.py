@@ -23,7 +23,12 @@ from tests.messages import anthropic_messages, openai_messages
 HELLO = openai_messages("Say hello in five words.")
 # The test config's backends and aliases (tests/configs/test.yaml).
 BACKENDS: dict[str, dict[str, Any]] = {"plain": {}, "draft": {}, "ngram": {"kind": "ngram"}}
-ALIASES = {"gpt-4o-mini": "plain", "claude-*": "auto", "qwen2.5-coder:*": "auto-code"}
+ALIASES: dict[str, str | None] = {
+    "gpt-4o-mini": "plain",
+    "claude-*": "auto",
+    "qwen2.5-coder:*": "auto-code",
+    "gpt-*": None,
+}
 
 
 @pytest.fixture(scope="module")
