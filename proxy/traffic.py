@@ -37,7 +37,37 @@ class UserTraffic:
 
 @dataclass
 class CalibrationProgress:
-    """Where start-up calibration is, for /health: waiting for backends, running, done, off."""
+    """Where start-up calibration is, for /health and the status page: its state, requests done
+    of those planned, and the time left."""
 
     state: Literal["waiting", "running", "done", "off"] = "waiting"
-    requests: int = 0
+    requests: int = 0  # measurements recorded
+    planned: int = 0  # requests calibration means to send, known once the backends are ready
+    done: int = 0  # of those, sent or passed over (a backend down, a class it refused)
+    sent: int = 0  # of those done, sent to a backend
+    sent_s: float = 0.0  # how long the sent ones took, waits for users' requests not included
+
+    def step_taken(self, seconds: float | None) -> None:
+        """One planned request done: sent, taking `seconds`, or passed over (None)."""
+        self.done += 1
+        if seconds is not None:
+            self.sent += 1
+            self.sent_s += seconds
+
+    def eta_s(self) -> float | None:
+        """Seconds left at the mean pace of the requests sent so far; None before the first."""
+        if self.state == "done":
+            return 0.0
+        if self.state != "running" or not self.sent:
+            return None
+        return round(self.sent_s / self.sent * (self.planned - self.done), 1)
+
+    def view(self) -> dict[str, object]:
+        """What /health says of it."""
+        return {
+            "state": self.state,
+            "requests": self.requests,
+            "done": self.done,
+            "planned": self.planned,
+            "eta_s": self.eta_s(),
+        }

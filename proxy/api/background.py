@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from itertools import zip_longest
 from pathlib import Path
 
@@ -50,13 +51,15 @@ async def calibrate(
     max_tokens: int,
     prompts: int = 3,
     echo_tokens: int | None = None,
+    progress: CalibrationProgress | None = None,
 ) -> int:
     """Measure each (backend, task) on ``prompts`` workload requests, ``rounds`` times each.
 
     Several prompts per class, so that one prompt that happens to suit a backend does not
     decide the class. Echo requests generate ``echo_tokens`` (default ``max_tokens``), as an
     edit's answer is a whole file. Cells already holding that many samples (a saved
-    scoreboard) are skipped. Returns the number of measurements recorded.
+    scoreboard) are skipped. Returns the number of measurements recorded; `progress` counts
+    the requests planned and done as they go, for /health.
 
     Each request is a background exchange of the pipeline: the same admission, relay,
     timeouts and record step as a user's request (the router files what it measured, at the
@@ -84,8 +87,11 @@ async def calibrate(
     sent = 0
     refused: set[tuple[str, str]] = set()
     traffic = pipeline.traffic
+    progress = progress or CalibrationProgress(state="running")
+    progress.planned = len(todo)
     for i, (backend, task, request) in enumerate(todo, 1):
         if not backend.engine.ready or (backend.name, task) in refused:
+            progress.step_taken(None)
             continue
         # Users first: a request of theirs that arrives while this one decodes waits for it
         # (its device admits in arrival order), never for the next.
@@ -93,7 +99,10 @@ async def calibrate(
             log.info("calibration waits for users' requests", waiting_for=traffic.active)
             await traffic.quiet()
         body = request.with_sampling(budget.get(task, max_tokens))
+        started = time.monotonic()
         exchange = await pipeline.background(surfaces[request.path], backend, task, body)
+        # A failed request counts too: the time left is what the rest will take, failures and all.
+        progress.step_taken(time.monotonic() - started)
         measured = exchange.measured
         if exchange.status != 200 or measured is None:
             error = measured.error if measured is not None else None
@@ -113,9 +122,11 @@ async def calibrate(
             log.warning("calibration request gave no timings", backend=backend.name, task=task)
             continue
         sent += 1
+        progress.requests = sent
         log.info(
             "calibrating",
             step=f"{i}/{len(todo)}",
+            eta_s=progress.eta_s(),
             backend=backend.name,
             task=task,
             kind=request.kind,
@@ -150,6 +161,7 @@ async def keep_measured(
             settings.calibration_max_tokens,
             settings.calibration_prompts,
             settings.calibration_echo_tokens,
+            progress,
         )
         log.info("calibration done", requests=made)
         progress.state, progress.requests = "done", made

@@ -62,8 +62,7 @@ async def health(request: web.Request) -> web.Response:
     replica_down = any(r.state == "unhealthy" for b in pool for r in b.engine.replicas)
     everything = ready == len(pool) and not replica_down
     status = "ok" if everything else "degraded" if ready else "unavailable"
-    progress = request.app[CALIBRATION]
-    calibration = {"state": progress.state, "requests": progress.requests}
+    calibration = request.app[CALIBRATION].view()
     return web.json_response(
         {"status": status, "backends": backends, "devices": devices, "calibration": calibration},
         status=200 if ready else 503,

@@ -13,8 +13,9 @@ from html import escape
 
 from aiohttp import web
 
-from proxy.api.state import POOL, RECENT, ROUTER
+from proxy.api.state import CALIBRATION, POOL, RECENT, ROUTER
 from proxy.backends.strategy import Strategy
+from proxy.traffic import CalibrationProgress
 
 REFRESH_MS = 2000
 
@@ -144,6 +145,25 @@ def _draft_lengths(request: web.Request) -> str:
     return _table(headers, rows, numeric=1)
 
 
+def _calibration(progress: CalibrationProgress) -> str:
+    """One line on start-up calibration: how far it is and how long it has left."""
+    if progress.state == "off":
+        return ""
+    if progress.state == "waiting":
+        return '<p class="muted">calibration starts once the backends are ready</p>'
+    counted = f"{progress.done} of {progress.planned} requests"
+    if progress.state == "done":
+        return f'<p class="muted">calibration done: {counted}</p>'
+    eta = progress.eta_s()
+    if eta is None:
+        left = "time left known after its first request"
+    elif eta < 90:
+        left = f"about {eta:.0f} s left"
+    else:
+        left = f"about {eta / 60:.0f} min left"
+    return f'<p><span class="starting">calibrating</span>: {counted} · {left}</p>'
+
+
 def _recent(request: web.Request) -> str:
     rows = []
     for r in request.app[RECENT]:
@@ -192,6 +212,7 @@ def live_html(request: web.Request) -> str:
         f"<p>{_state(overall)} · {ready} of {len(backends)} backends ready · "
         f"{recent.total} {'request' if recent.total == 1 else 'requests'} served · "
         f"updated {stamp}</p>"
+        f"{_calibration(request.app[CALIBRATION])}"
         f"<h2>Backends</h2>{_backends(backends)}"
         f"<h2>Devices</h2>{_devices(request)}"
         f"<h2>Measured speed per class and load</h2>{_speeds(request)}"
