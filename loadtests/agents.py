@@ -1,6 +1,6 @@
 """Real coding agents, installed by scripts/install-agents.sh, each run once non-interactively.
 
-Every driver points its agent at a base URL the way shared CLIENTS.md says a user does, gives it
+Every driver points its agent at a base URL the way docs/agents.md says a user does, gives it
 a one-line task in a fresh directory with its own HOME, and reads what the agent printed.
 """
 
@@ -159,7 +159,7 @@ def claude_code(base_url: str, root: Path, timeout: float, task: str = TASK) -> 
 
 
 def codex(base_url: str, root: Path, timeout: float, task: str = TASK) -> Command:
-    """Codex CLI over the Responses API, with the provider file CLIENTS.md shows (model auto;
+    """Codex CLI over the Responses API, with the provider file docs/agents.md shows (model auto;
     with no model it sends its own default, gpt-6.2-sol, and its own models' tool shapes)."""
     codex_home = root / "codex"
     codex_home.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,7 @@
 
 No model: a script decides each answer from the request (scripts/agent_prefixes.py answers every
 turn with text, scripts/capture_edit_turns.py reads a file and writes it back edited). Every
-request is recorded. Answers end the way each client needs a stream to end (shared CLIENTS.md:
+request is recorded. Answers end the way each client needs a stream to end (docs/agents.md:
 Codex, Qwen Code and opencode fail or retry on a stream cut before its last event).
 """
 

@@ -35,11 +35,11 @@ _LRU = """class LRUCache:
 """
 
 REFERENCE_PROMPTS: dict[str, str] = {
-    # The lab's two prompts (seeds/000), verbatim.
+    # The lab's two prompts (docs/benchmarks.md, "The lab table"), verbatim.
     "prose": "Scrivi un racconto di 300 parole su un faro abbandonato, con un finale a sorpresa.",
     "code": "Scrivi in Python una classe LRUCache con metodi get e put, complessità O(1), "
     "con docstring e un piccolo test.",
-    # FACTS.md's rewrite prompt: output that repeats its input.
+    # The lab's rewrite prompt: output that repeats its input.
     "echo": "Add type hints to this Python code. Return the full code and nothing else.\n\n"
     f"```python\n{_LRU}```",
 }
@@ -53,7 +53,7 @@ _REFERENCE_NAMES: Final = {
 }
 
 # `specproxy bench`'s echo-heavy row: a whole-file edit of a real module in the shape editing
-# assistants send (the workload's rename in the 166-line colorsys.py, as in FACTS.md's table).
+# assistants send (the workload's rename in the 166-line colorsys.py: docs/benchmarks.md).
 EDIT_TASK: Final = "edit"
 _EDIT_FILE: Final = "Lib/colorsys.py\n"
 BENCH_TASKS: Final = (*REFERENCE_PROMPTS, EDIT_TASK)

@@ -1,4 +1,4 @@
-"""Request bodies coding agents send, as captured (shared CLIENTS.md): one copy for both tiers."""
+"""Request bodies coding agents send, as captured (docs/agents.md): one copy for both tiers."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Coding-agent sessions, deterministic from a seed, replayed turn by turn with the real answers.
 
-A session is what an agent such as Codex, opencode or Qwen Code sends (shared CLIENTS.md): a long
+A session is what an agent such as Codex, opencode or Qwen Code sends (docs/agents.md): a long
 system prompt of agent instructions, tool definitions in OpenAI chat ``tools`` format (read_file,
 write_file, edit, grep, list_files, run_shell), and a conversation that grows by one answer and its
 tool results per turn, so consecutive turns share a prefix of thousands of tokens. The session

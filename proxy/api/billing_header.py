@@ -2,7 +2,7 @@
 
 Claude Code (2.1.x) opens every Messages request with a system block
 `x-anthropic-billing-header: cc_version=2.1.197.<3 hex>; cc_entrypoint=sdk-cli;` whose three hex
-characters are a hash of the user's task (shared CLIENTS.md). It is metadata for Anthropic's
+characters are a hash of the user's task (docs/agents.md). It is metadata for Anthropic's
 servers, not an instruction to the model, and it sits before the whole system prompt and the
 tool schemas: left in, two sessions with different tasks share ~15 tokens of a ~20 k-token
 prompt in llama-server's cache; taken out, everything before the task. Only a line that starts

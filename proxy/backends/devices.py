@@ -2,7 +2,7 @@
 
 Two llama-server processes decoding at once on the same cores do not share them gracefully: on
 2 cores, two `-t 2` processes ran at 0.5-0.8 tokens/s in one round of four against 37 for one
-alone (FACTS.md). So every request takes its backend's share of the device before it is sent:
+alone (docs/devices.md). So every request takes its backend's share of the device before it is sent:
 a backend already decoding is joined (its requests batch in one process, which costs no more
 threads), another starts only while the shares in use leave room for its own. Requests for a
 backend that does not fit wait in arrival order; no later request passes one that waits, so a

@@ -2,7 +2,7 @@
 
 A slot file (`POST /slots/{id}?action=save`) holds token ids and the target's KV cache, and
 llama-server checks little when it loads one (layer count and KV layout; not the model it came
-from: shared FACTS.md). So every file gets a manifest naming what made it — the model file's
+from: docs/agents.md). So every file gets a manifest naming what made it — the model file's
 sha256, our build's stamp, the context and KV settings — and its own size and sha256. A file
 whose manifest names anything else, or whose bytes do not match, is refused with a log line and
 deleted: never handed to llama-server.

@@ -1,5 +1,5 @@
 """What coding agents send and expect, in the fast tier: their model names, shapes, stream ends
-and prompt lengths (shared CLIENTS.md). The real agents run in tests/integration/test_agents.py."""
+and prompt lengths (docs/agents.md). The real agents run in tests/integration/test_agents.py."""
 
 from __future__ import annotations
 

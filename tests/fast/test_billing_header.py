@@ -14,7 +14,7 @@ from proxy.api.billing_header import (
 from proxy.routing.prefixes import PromptPrefix
 from tests.inprocess import fast_proxy
 
-# The shape Claude Code 2.1.197 sends (shared CLIENTS.md): the billing block first, then its
+# The shape Claude Code 2.1.197 sends (docs/agents.md): the billing block first, then its
 # system prompt in blocks with cache_control, 25 tools, the task, a `system` message after it.
 TOOLS = [
     {

@@ -30,7 +30,8 @@ def test_break_even_from_a_winning_and_a_losing_draft() -> None:
     # A draft that doubles speed at 0.8 acceptance breaks even well below 0.8.
     winning = break_even_acceptance(0.8, 2.0, 3)
     assert winning is not None and 0.1 < winning < 0.8
-    # FACTS.md on 2 CPU cores: 0.5x at 0.75 acceptance never breaks even.
+    # The 0.5B draft on 2 CPU cores, about half plain's speed at 0.69-0.75 acceptance on code
+    # (docs/bench-cpu.md), never breaks even.
     assert break_even_acceptance(0.75, 0.53, 3) is None
 
 

@@ -1,4 +1,4 @@
-"""The body shapes coding agents send (shared CLIENTS.md), answered by real llama-server
+"""The body shapes coding agents send (docs/agents.md), answered by real llama-server
 backends through the proxy as a bare llama-server answers them: never a 400 for a shape the
 upstream API allows. (A name that matches nothing, and HEAD /, are answered by the proxy alone:
 tests/fast/test_validation.py and tests/fast/test_agent_shapes.py.)"""

@@ -1,4 +1,4 @@
-"""The real coding agents of shared CLIENTS.md, each given a one-line task through the proxy.
+"""The real coding agents of docs/agents.md, each given a one-line task through the proxy.
 
 The agent tier (`-m agents`, part of `make test`): agents installed at pinned versions by
 scripts/install-agents.sh, real llama-server backends (Qwen2.5-Coder-0.5B: its 32 k context holds

@@ -14,7 +14,7 @@ from tests.helpers import ROOT, get_json
 from tests.subprocess_proxy import RunningProxy, running_proxy, wait_calibrated
 
 TEST_CONFIG = ROOT / "tests" / "configs" / "test.yaml"
-# An agent's system prompt, in the shape CLIENTS.md shows (rules, then tools), cut to fit the
+# An agent's system prompt, in the shape docs/agents.md shows (rules, then tools), cut to fit the
 # test model's 2 k context with room for three turns.
 SYSTEM = "\n".join(
     [
