@@ -11,8 +11,12 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from proxy.api.auth import OPEN_PATHS
+from proxy.api.background import calibration_requests
 from proxy.api.routes import add_routes
+from proxy.config import load_settings
 from proxy.routing.reasons import REASONS
+from proxy.tasks import FIM_TASK
 from tests.helpers import ROOT
 
 README = ROOT / "README.md"
@@ -209,3 +213,30 @@ def test_the_readmes_memory_figures_are_the_measured_ones() -> None:
         f"README.md's memory figures {unsourced} are in neither docs/agents.md nor "
         "deploy/cpu-small.yaml"
     )
+
+
+@pytest.mark.parametrize("page", ["surfaces.md", "kubernetes.md"])
+def test_the_open_paths_named_are_the_ones_the_code_opens(page: str) -> None:
+    text = " ".join((ROOT / "docs" / page).read_text().split())
+    listed = re.search(r"\(([^()]*?):\s*`OPEN_PATHS`", text)
+    assert listed, f"docs/{page} should list the open paths as (`/`, ...: `OPEN_PATHS` ...)"
+    assert set(re.findall(r"`(/[\w/]*)`", listed.group(1))) == OPEN_PATHS
+
+
+def test_the_infill_requests_calibration_sends_are_as_many_as_documented() -> None:
+    settings = load_settings()
+    per_backend = {
+        len(
+            calibration_requests(
+                FIM_TASK,
+                settings.calibration_prompts,
+                b.request_context - settings.calibration_max_tokens,
+            )
+        )
+        * settings.calibration_requests
+        for b in settings.backends
+    }
+    words = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}
+    (count,) = per_backend
+    text = " ".join(_prose(ROOT / "docs" / "surfaces.md").split())
+    assert f"each backend {words[count]} `/infill` requests" in text
