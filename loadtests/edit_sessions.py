@@ -31,6 +31,7 @@ from loadtests.edit_turns import (
     codex_patch,
     load_all,
     text_of,
+    trimmed,
 )
 from proxy.workload import fresh_word
 
@@ -347,11 +348,19 @@ def edit_session(turn: EditTurn, tasks: int = 2, variant: int = 0) -> EditSessio
 
 
 def edit_sessions(
-    count: int, tasks: int = 2, agents: Sequence[str] = (), first_variant: int = 0
+    count: int,
+    tasks: int = 2,
+    agents: Sequence[str] = (),
+    first_variant: int = 0,
+    system_chars: int | None = None,
 ) -> list[EditSession]:
     """`count` sessions, the captured agents in turn (each a new variant once all have had one),
-    from `first_variant` on: another run's sessions with the same agents and new tasks."""
+    from `first_variant` on: another run's sessions with the same agents and new tasks. With
+    `system_chars`, each turn trimmed (edit_turns.trimmed): the tools it calls, short system
+    texts."""
     captured = [t for t in load_all() if not agents or t.agent in agents]
+    if system_chars is not None:
+        captured = [trimmed(t, system_chars) for t in captured]
     if not captured:
         raise ValueError(f"no captured edit turn for agents {list(agents)}")
     n = len(captured)

@@ -7,6 +7,8 @@ the answer that edits it, as the model writes it (a tool call's arguments, or ai
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import difflib
 import json
 import re
@@ -317,3 +319,45 @@ def apply_edit(tool: str | None, answer: str, turn: EditTurn) -> str:
     if patch is None:
         raise ValueError(f"neither a file's content nor a patch in {sorted(arguments)}")
     return apply_patch(patch, turn.file_before)
+
+
+# --- a cheaper copy of a turn -------------------------------------------------------------------
+
+
+def _tool_name(tool: Any) -> str | None:
+    if not isinstance(tool, dict):
+        return None
+    function = tool.get("function")
+    name = function.get("name") if isinstance(function, dict) else tool.get("name")
+    return name if isinstance(name, str) else None
+
+
+def _cut(content: Any, chars: int) -> Any:
+    """A string, or each text part of a list, cut to its first `chars` characters."""
+    if isinstance(content, str):
+        return content[:chars]
+    if isinstance(content, list):
+        return [
+            {**part, "text": part["text"][:chars]}
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+            else part
+            for part in content
+        ]
+    return content
+
+
+def trimmed(turn: EditTurn, chars: int) -> EditTurn:
+    """The turn with only the tools its conversation calls (and its edit tool), and every system
+    or developer text cut to `chars` characters: the same shapes on the same surface, a few
+    thousand prompt tokens instead of 10-20 k (a cold 20 k-token prompt is minutes on a CPU)."""
+    body = copy.deepcopy(turn.body)
+    used = {*tool_calls(turn.surface, body), *([turn.tool] if turn.tool else [])}
+    if isinstance(body.get("tools"), list):
+        body["tools"] = [t for t in body["tools"] if _tool_name(t) in used]
+    if "system" in body:
+        body["system"] = _cut(body["system"], chars)
+    key = "input" if turn.surface.endswith("/responses") else "messages"
+    for item in body.get(key) or []:
+        if isinstance(item, dict) and item.get("role") in ("system", "developer"):
+            item["content"] = _cut(item.get("content"), chars)
+    return dataclasses.replace(turn, body=body)
