@@ -138,12 +138,14 @@ async def first_turn_s(
 
 
 async def first_turn(
-    name: str, relay: Relay, url: str, root: Path, task: str, timeout: float
+    name: str, relay: Relay, url: str, root: Path, task: str, timeout: float, narrow: bool = False
 ) -> Seen | None:
     """Run one agent session until its first turn is answered (then stop it); that turn, None
-    if it was not answered within `timeout` s."""
+    if it was not answered within `timeout` s. `narrow`: with agents.NARROW's options."""
     relay.seen.clear()
     command = agents.COMMANDS[name](url, root, timeout, task)
+    if narrow:
+        command = agents.narrowed(command)
     process = agents.start(command)
     deadline = time.monotonic() + timeout
     try:

@@ -163,6 +163,14 @@ class Settings(BaseSettings):
     request_timeout_s: float = Field(
         default=900.0, gt=0, description="non-streaming: longest wait for the whole answer"
     )
+    max_answer_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="the most tokens one answer may have: a client's larger max_tokens "
+        "(max_output_tokens, n_predict) is lowered to it and a request without one gets it, so a "
+        "looping answer ends with a normal `length` finish (llama-server's --n-predict is only a "
+        "default, which a client's own value overrides); unset: the client's value stands",
+    )
     max_body_bytes: int = Field(
         default=8 * 1024 * 1024, ge=1024, description="largest request body accepted (413 above)"
     )

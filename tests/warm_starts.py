@@ -37,9 +37,11 @@ def sessions(
     server: Server,
     restart: bool,
     workdir: Path,
+    narrow: bool = False,
 ) -> list[Seen | None]:
     """Two sessions of the agent in one directory, a task of TASKS each, through a relay; each
-    first turn. With `restart`, the server is stopped and started again between them."""
+    first turn. With `restart`, the server is stopped and started again between them; `narrow`:
+    the agent with agents.NARROW's options."""
 
     async def run() -> list[Seen | None]:
         relay = Relay()
@@ -50,7 +52,9 @@ def sessions(
                     relay.upstream = upstream
                     for task in TASKS[start : start + 1] if restart else TASKS:
                         turns.append(
-                            await first_turn(agent, relay, url, workdir, task, TURN_TIMEOUT_S)
+                            await first_turn(
+                                agent, relay, url, workdir, task, TURN_TIMEOUT_S, narrow
+                            )
                         )
         return turns
 

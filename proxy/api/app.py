@@ -137,6 +137,7 @@ def build_app(
                     app[KEEPERS],
                     log_prompts=settings.log_prompts,
                 ),
+                max_answer_tokens=settings.max_answer_tokens,
             )
             app[POOL].start()
             app[KEEPERS].start()

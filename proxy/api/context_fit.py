@@ -85,9 +85,13 @@ def too_long(tokens: int, largest_context: int, pinned: str | None) -> ApiError:
     )
 
 
+# Each API's name for the most tokens an answer may have.
+BUDGET_KEYS = ("max_tokens", "max_completion_tokens", "max_output_tokens", "n_predict")
+
+
 def answer_budget(body: Mapping[str, Any]) -> int | None:
     """The most tokens the client lets the answer have, in whichever API's name for it."""
-    for key in ("max_tokens", "max_completion_tokens", "max_output_tokens", "n_predict"):
+    for key in BUDGET_KEYS:
         value = body.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value

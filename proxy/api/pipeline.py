@@ -15,7 +15,7 @@ import aiohttp
 from aiohttp import web
 
 from proxy.api import speculation
-from proxy.api.context_fit import Fit, answer_budget, backends_that_fit
+from proxy.api.context_fit import BUDGET_KEYS, Fit, answer_budget, backends_that_fit
 from proxy.api.errors import REQUEST_ID, ApiError
 from proxy.api.record import Recorder
 from proxy.api.relay import RelayTimeouts, UpstreamCall, UpstreamSessions, relay
@@ -65,13 +65,28 @@ def _agent_intent(view: Mapping[str, Any]) -> str | None:
     return session_intent(messages)
 
 
+def _capped(surface: Surface, shaped: dict[str, Any], cap: int | None) -> dict[str, Any]:
+    """The body with no answer budget above `cap`: a larger one lowered, a missing one set."""
+    if cap is None:
+        return shaped
+    given = {
+        k: v
+        for k, v in shaped.items()
+        if k in BUDGET_KEYS and isinstance(v, int) and not isinstance(v, bool) and v > 0
+    }
+    if not given:
+        return {**shaped, surface.budget_key: cap}
+    return {**shaped, **{k: min(v, cap) for k, v in given.items()}}
+
+
 def _upstream_body(
-    surface: Surface, body: Mapping[str, Any], shaped: dict[str, Any]
+    surface: Surface, body: Mapping[str, Any], shaped: dict[str, Any], cap: int | None = None
 ) -> dict[str, Any]:
     """The body as llama-server takes it, whichever backend is chosen."""
     if not surface.generates:
         # A passthrough answers one JSON document; a `stream` flag would only confuse the relay.
         return {k: v for k, v in shaped.items() if k != "stream"}
+    shaped = _capped(surface, shaped, cap)
     # Through the proxy a slot number names no particular server, and a named slot skips
     # llama-server's own search of its slots and RAM cache (docs/routing.md). A client's
     # speculation settings go only where _client_speculation checked them.
@@ -118,6 +133,8 @@ class Pipeline:
     cpu: CpuMeter
     traffic: UserTraffic
     recorder: Recorder
+    # Settings.max_answer_tokens: the most tokens one answer may have.
+    max_answer_tokens: int | None = None
 
     async def serve(self, request: web.Request, surface: Surface) -> web.StreamResponse:
         """Serve one request and record it exactly once, errors included."""
@@ -258,8 +275,8 @@ class Pipeline:
             self.pool, self.counting, surface, shaped, len(raw), exchange.pinned
         )
         exchange.fit_wait_s = fit.waited_s
-        body = _upstream_body(surface, exchange.body, shaped)
-        budget = answer_budget(exchange.body)
+        body = _upstream_body(surface, exchange.body, shaped, self.max_answer_tokens)
+        budget = answer_budget(body)
         # An unreachable backend received nothing, so an unpinned request may try one other.
         for attempt in (1, 2):
             route = exchange.route = self._choose(exchange, fit, budget)

@@ -107,6 +107,8 @@ class Surface:
     stream_progress: bool = False
     # What the body becomes on its way to llama-server, where a client's shape needs it.
     shape: Callable[[dict[str, Any]], dict[str, Any]] = _same
+    # The API's own name for the answer's token budget.
+    budget_key: str = "max_tokens"
 
     @property
     def generates(self) -> bool:
@@ -150,6 +152,7 @@ SURFACES: tuple[Surface, ...] = (
         wire=Wire(rewriter=lambda body: ResponsesStreamFix()),
         stream_progress=True,
         shape=shape_responses,
+        budget_key="max_output_tokens",
     ),
     Surface(
         "/v1/messages",
@@ -160,8 +163,8 @@ SURFACES: tuple[Surface, ...] = (
         _ANTHROPIC,
         shape=messages_without_billing,
     ),
-    Surface("/infill", "infill", v.check_infill, "fim"),
-    Surface("/completion", "completion", v.check_completions, "classifier"),
+    Surface("/infill", "infill", v.check_infill, "fim", budget_key="n_predict"),
+    Surface("/completion", "completion", v.check_completions, "classifier", budget_key="n_predict"),
     Surface("/tokenize", "tokenize", v.check_tokenize, wire=_INPUT_ONLY, uses_slot=False),
     Surface("/detokenize", "detokenize", v.check_detokenize, wire=_INPUT_ONLY, uses_slot=False),
     Surface(

@@ -15,8 +15,8 @@ from tests.inprocess import fast_proxy, proxy_in_front
 from tests.messages import openai_messages
 
 HELLO = openai_messages("Say hello.")
-# Each stub answer takes 10 x 0.3 s: a calibration request holds the device for 3 s.
-TOKENS, DELAY_S = 10, 0.3
+# Each stub answer takes 10 x 0.15 s: a calibration request holds the device for 1.5 s.
+TOKENS, DELAY_S = 10, 0.15
 
 
 async def test_a_users_request_waits_at_most_for_the_calibration_request_decoding(
@@ -81,7 +81,8 @@ async def test_a_frozen_backend_times_out_and_calibration_goes_on(tmp_path: Path
                 calibration_prompts=1,
                 calibration_max_tokens=8,
                 calibration_echo_tokens=8,
-                request_timeout_s=3.0,
+                # Each request to the frozen backend waits this long: the stubs answer in ms.
+                request_timeout_s=1.0,
             ) as proxy:
                 await proxy.wait_calibrated(60)
                 board = await (await proxy.http.get("/scoreboard")).json()

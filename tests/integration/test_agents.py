@@ -62,6 +62,13 @@ def busy_slots(url: str) -> int:
     return sum(1 for s in slots if isinstance(s, dict) and s.get("is_processing"))
 
 
+def backend_urls(proxy: RunningProxy) -> list[str]:
+    """The proxy's backends' own URLs."""
+    backends = proxy.health()["backends"]
+    assert isinstance(backends, dict)
+    return [str(b["url"]) for b in backends.values()]
+
+
 def requests_since(proxy: RunningProxy, offset: int) -> list[dict[str, object]]:
     """The proxy's request log lines written after `offset` bytes of its log."""
     with proxy.log_path.open() as log:
@@ -73,9 +80,10 @@ def requests_since(proxy: RunningProxy, offset: int) -> list[dict[str, object]]:
 def run_agent(
     name: str, proxy: RunningProxy, tmp_path: Path
 ) -> tuple[agents.AgentRun, list[dict[str, object]]]:
-    """Run one agent on the task and return its run and the requests it made."""
+    """Run one agent on the task (narrowed where agents.NARROW says how) and return its run and
+    the requests it made."""
     offset = proxy.log_path.stat().st_size
-    run = agents.run_agent(name, proxy.url, tmp_path, RUN_TIMEOUT_S)
+    run = agents.run_agent(name, proxy.url, tmp_path, RUN_TIMEOUT_S, narrow=True)
     seen = requests_since(proxy, offset)
     summary = [
         {k: r.get(k) for k in ("endpoint", "model", "status", "prompt_tokens", "ttft_s")}
@@ -107,17 +115,16 @@ def test_an_agent_killed_mid_prompt_frees_the_device_within_seconds(
     """Claude Code's 19 k-token first turn, the agent killed while its prompt is processed."""
     process = agents.start(agents.claude_code(agent_proxy.url, tmp_path, RUN_TIMEOUT_S))
     try:
+        # Its whole 20 k-token first turn, not narrowed: llama-server processes it for minutes.
         assert wait_until(lambda: agent_proxy.health()["devices"]["cpu"]["in_use"] > 0, 120)
-        time.sleep(10)  # well into the prompt: 10 s of it is a few thousand tokens
+        assert wait_until(lambda: any(busy_slots(url) for url in backend_urls(agent_proxy)), 60)
     finally:
         os.killpg(process.pid, signal.SIGKILL)
         process.communicate()  # reaps it and closes its pipes
     killed = time.monotonic()
     assert wait_until(lambda: agent_proxy.health()["devices"]["cpu"]["in_use"] == 0, 60)
     freed_s = time.monotonic() - killed
-    backends = agent_proxy.health()["backends"]
-    assert isinstance(backends, dict)
-    busy = {name: busy_slots(str(b["url"])) for name, b in backends.items()}
+    busy = {url: busy_slots(url) for url in backend_urls(agent_proxy)}
     print(f"\ndevice free {freed_s:.1f} s after the agent was killed; busy slots {busy}")
     assert freed_s < 20 and not any(busy.values())
 
@@ -157,7 +164,7 @@ def test_claude_codes_next_session_with_another_task_finds_its_prompt_cached(
     through specproxy. The baseline is bare llama-server (the same binary, model and flags)
     sent the two first turns as Claude Code sent them, less their tools: the billing line comes
     before the tools, so where the two differ does not depend on them."""
-    proxied = sessions("claude-code", running(agent_proxy.url), False, claude_dir)
+    proxied = sessions("claude-code", running(agent_proxy.url), False, claude_dir, narrow=True)
     assert proxied[0] is not None and proxied[1] is not None, describe(proxied)
     bodies = [without_tools(turn) for turn in proxied]
     assert bodies[0]["system"] != bodies[1]["system"], "the billing lines did not differ"
@@ -234,7 +241,8 @@ def test_qwen_code(recording_proxy: RunningProxy, tmp_path: Path) -> None:
     request after every main turn: the next main turn still finds its previous prompt in
     llama-server's cache. (One test, not two: each first run is a cold 19 k-token prompt.)"""
     offset = recording_proxy.log_path.stat().st_size
-    run = agents.run(agents.qwen_code(recording_proxy.url, tmp_path, RUN_TIMEOUT_S), RUN_TIMEOUT_S)
+    command = agents.qwen_code(recording_proxy.url, tmp_path, RUN_TIMEOUT_S)
+    run = agents.run(agents.narrowed(command), RUN_TIMEOUT_S)
     seen = requests_since(recording_proxy, offset)
     print(f"\nqwen-code: {run.seconds:.0f} s, rc {run.returncode}, {len(seen)} requests")
     assert_answered(run, seen, "chat")
@@ -243,21 +251,24 @@ def test_qwen_code(recording_proxy: RunningProxy, tmp_path: Path) -> None:
     assert_wrote_greet_if_it_tried(run, run.wrote() is not None)
 
     follow_up = agents.qwen_code(recording_proxy.url, tmp_path, RUN_TIMEOUT_S, QWEN_FOLLOW_UP, True)
-    followed = agents.run(follow_up, RUN_TIMEOUT_S)
+    followed = agents.run(agents.narrowed(follow_up), RUN_TIMEOUT_S)
     assert followed.returncode == 0, followed.tail()
     seen = requests_since(recording_proxy, offset)
     assert all(r["status"] == 200 for r in seen), seen
 
-    def tools(r: dict[str, object]) -> int:
+    def is_main(r: dict[str, object]) -> bool:
+        """A main turn: the session's own system prompt (the memory request has its own)."""
         body = r.get("body")
-        return len(body.get("tools") or []) if isinstance(body, dict) else 0
+        messages = body.get("messages") if isinstance(body, dict) else None
+        first = messages[0] if isinstance(messages, list) and messages else {}
+        return str(first.get("content", "")).startswith(agents.QWEN_SYSTEM_PROMPT)
 
     summary = [
-        (tools(r), r["prompt_tokens"], r["cached_tokens"], r["task"], r["route"]) for r in seen
+        (is_main(r), r["prompt_tokens"], r["cached_tokens"], r["task"], r["route"]) for r in seen
     ]
-    print(f"\nqwen-code requests (tools, prompt, cached, class, route): {summary}")
-    main = [r for r in seen if tools(r) >= 10]
-    side = [r for r in seen if tools(r) < 10]
+    print(f"\nqwen-code requests (main, prompt, cached, class, route): {summary}")
+    main = [r for r in seen if is_main(r)]
+    side = [r for r in seen if not is_main(r)]
     assert len(main) >= 2 and side, summary
     for before, after in itertools.pairwise(main):
         previous, cached = before["prompt_tokens"], after["cached_tokens"]

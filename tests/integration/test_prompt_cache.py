@@ -23,7 +23,8 @@ from tests.helpers import ROOT, free_port
 from tests.subprocess_proxy import RunningProxy, running_proxy
 
 CACHE_CONFIG = ROOT / "tests" / "configs" / "cache.yaml"
-# About 2,400 SmolLM2 tokens: an agent's rules, each conversation its own.
+# About 1,300 SmolLM2 tokens: an agent's rules, each conversation its own (ten times the
+# tokens of a turn's question and answer, the cache's part in each turn).
 RULES = [
     "Read a file before you change it, and keep every change minimal.",
     "Follow the repository's existing style, naming and error handling.",
@@ -64,7 +65,7 @@ def prompt_timing(base_url: str, body: dict[str, object]) -> dict[str, int]:
 def system_prompt(agent: int) -> str:
     """A long system prompt that differs from the other conversation's from its first line."""
     lines = [f"You are coding agent number {agent} working in repository r{agent}."]
-    lines += [f"Rule {i} for agent {agent}: {RULES[(i + agent) % len(RULES)]}" for i in range(170)]
+    lines += [f"Rule {i} for agent {agent}: {RULES[(i + agent) % len(RULES)]}" for i in range(89)]
     return "\n".join(lines)
 
 
@@ -87,7 +88,7 @@ def conversations(base_url: str, model: str) -> dict[tuple[int, int], dict[str, 
 def first_turns_at_once(base_url: str, sessions: int) -> list[dict[str, int]]:
     """Sessions of one agent (one system prompt, each its own question) starting together;
     llama-server's timings of each first turn."""
-    system = "\n".join(system_prompt(0).splitlines()[:90])
+    system = system_prompt(0)
 
     def ask(question: str, instructions: str = system) -> dict[str, int]:
         messages = [
@@ -98,7 +99,7 @@ def first_turns_at_once(base_url: str, sessions: int) -> list[dict[str, int]]:
         return prompt_timing(base_url, body)
 
     # A first request, another agent's, measures the backend's prompt speed (calibration is off).
-    ask("Say hello.", "\n".join(system_prompt(1).splitlines()[:90]))
+    ask("Say hello.", system_prompt(1))
     with ThreadPoolExecutor(sessions) as pool:
         return list(pool.map(ask, [f"Question {i}: {q}" for i, q in enumerate(QUESTIONS)]))
 
@@ -159,7 +160,7 @@ def test_specproxys_build_keeps_each_sessions_prompt_when_sessions_share_their_s
     # Upstream llama-server gives a new session the idle slot of another that shares its system
     # prompt and overwrites that session's history, and moves a cached prompt into the one slot
     # that loads it; specproxy's build saves the slot first and loads copies.
-    system = "\n".join(system_prompt(0).splitlines()[:90])
+    system = system_prompt(0)
     with bare_llama_server(tmp_path_factory.mktemp("build")) as server:
 
         def ask(messages: list[dict[str, str]], tokens: int = 8) -> dict[str, int]:

@@ -232,11 +232,14 @@ def test_a_prompt_beyond_the_context_is_one_anthropic_400(claude: anthropic.Anth
 
 # ------------------------------------------------------------------------- llama.cpp FIM
 
+# One calibration prompt per task class: the FIM row the test reads needs one sample, and three
+# per class were most of this module's minute.
 CODER = """
+calibration_prompts: 1
 calibration_max_tokens: 8
 calibration_echo_tokens: 8
 backends:
-  - {name: coder, kind: plain, model: qwen2.5-coder-0.5b, threads: 1, ctx_size: 2048}
+  - {name: coder, kind: plain, model: qwen2.5-coder-0.5b, threads: 2, ctx_size: 2048}
 """
 FIM = {"input_prefix": CODE_BEFORE, "input_suffix": CODE_AFTER, "n_predict": 16, "temperature": 0}
 
