@@ -262,10 +262,10 @@ COMMANDS: dict[str, Driver] = {
 }
 
 
-# What the agents whose first turn is 19-20 k tokens offer a user to narrow it, through their
+# What the agents whose first turn is 7-20 k tokens offer a user to narrow it, through their
 # own options: the tools the one-line task needs and (Qwen Code) a short system prompt. A cold
 # 20 k-token prompt takes 4-7 minutes on two cores whatever the model (attention over the long
-# context dominates): narrowed, a first turn is 3-6 k tokens; the protocol, tool calls and
+# context dominates): narrowed, a first turn is 2-5 k tokens; the protocol, tool calls and
 # session structure (Claude Code's billing block, Qwen Code's memory request) are the agent's.
 QWEN_SYSTEM_PROMPT = "You are Qwen Code, a coding agent. Use the tools to create and change files."
 NARROW: dict[str, list[str]] = {
@@ -278,8 +278,18 @@ NARROW: dict[str, list[str]] = {
 }
 
 
+# opencode's tools a one-line file task does without (its config's `tools` switches them off).
+OPENCODE_SPARE_TOOLS = ("bash", "glob", "grep", "skill", "task", "todowrite", "webfetch")
+
+
 def narrowed(command: Command) -> Command:
-    """The agent's command with NARROW's options (unchanged for an agent without any)."""
+    """The agent's command with NARROW's options (unchanged for an agent without any); opencode
+    with OPENCODE_SPARE_TOOLS off in its config file."""
+    if command.name == "opencode":
+        path = Path(command.env["HOME"]) / ".config" / "opencode" / "opencode.json"
+        config = json.loads(path.read_text())
+        config["tools"] = dict.fromkeys(OPENCODE_SPARE_TOOLS, False)
+        path.write_text(json.dumps(config))
     return dataclasses.replace(command, argv=[*command.argv, *NARROW.get(command.name, [])])
 
 

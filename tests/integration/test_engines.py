@@ -63,7 +63,7 @@ def test_each_strategy_decodes_its_own_way(engine_proxy: RunningProxy) -> None:
 
 
 def test_a_conversation_changing_strategy_keeps_its_prompt(engine_proxy: RunningProxy) -> None:
-    rules = "\n".join(f"Rule {i}: keep change {i} minimal and run the tests." for i in range(150))
+    rules = "\n".join(f"Rule {i}: keep change {i} minimal and run the tests." for i in range(100))
     messages = [{"role": "system", "content": f"You are a coding agent.\n{rules}"}]
     previous = 0
     for turn, model in enumerate(("plain", "ngram", "draft", "plain")):
@@ -74,7 +74,7 @@ def test_a_conversation_changing_strategy_keeps_its_prompt(engine_proxy: Running
             assert timings["cache_n"] >= 0.9 * previous, (model, timings)
         previous = timings["prompt_n"] + timings["cache_n"]
         messages.append({"role": "assistant", "content": f"Answer {turn}."})
-    assert previous > 1500
+    assert previous > 1000
 
 
 def test_the_engines_own_counters_are_exported_once_under_its_name(

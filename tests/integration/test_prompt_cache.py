@@ -85,10 +85,16 @@ def conversations(base_url: str, model: str) -> dict[tuple[int, int], dict[str, 
     return timings
 
 
+def shared_system_prompt(agent: int) -> str:
+    """Half of system_prompt (about 650 tokens): what sessions starting together share, still
+    forty times each session's own question."""
+    return "\n".join(system_prompt(agent).splitlines()[:45])
+
+
 def first_turns_at_once(base_url: str, sessions: int) -> list[dict[str, int]]:
     """Sessions of one agent (one system prompt, each its own question) starting together;
     llama-server's timings of each first turn."""
-    system = system_prompt(0)
+    system = shared_system_prompt(0)
 
     def ask(question: str, instructions: str = system) -> dict[str, int]:
         messages = [
@@ -99,7 +105,7 @@ def first_turns_at_once(base_url: str, sessions: int) -> list[dict[str, int]]:
         return prompt_timing(base_url, body)
 
     # A first request, another agent's, measures the backend's prompt speed (calibration is off).
-    ask("Say hello.", system_prompt(1))
+    ask("Say hello.", shared_system_prompt(1))
     with ThreadPoolExecutor(sessions) as pool:
         return list(pool.map(ask, [f"Question {i}: {q}" for i, q in enumerate(QUESTIONS)]))
 

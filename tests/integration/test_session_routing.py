@@ -71,6 +71,9 @@ def calibrated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProx
         SPECPROXY_EXPLORE_SHARE="0",
         SPECPROXY_CALIBRATION_REQUESTS="1",
         SPECPROXY_CALIBRATION_PROMPTS="1",
+        # A speed to route by needs a few tokens, not the default's 96 and 256 per request.
+        SPECPROXY_CALIBRATION_MAX_TOKENS="16",
+        SPECPROXY_CALIBRATION_ECHO_TOKENS="16",
     ) as running:
         wait_calibrated(running.url, 300)
         yield running
