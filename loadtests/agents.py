@@ -282,15 +282,25 @@ NARROW: dict[str, list[str]] = {
 OPENCODE_SPARE_TOOLS = ("bash", "glob", "grep", "skill", "task", "todowrite", "webfetch")
 
 
+CODEX_INSTRUCTIONS = "You are Codex, a coding agent. Use the tools to create and change files."
+
+
 def narrowed(command: Command) -> Command:
     """The agent's command with NARROW's options (unchanged for an agent without any); opencode
-    with OPENCODE_SPARE_TOOLS off in its config file."""
+    with OPENCODE_SPARE_TOOLS off in its config file, Codex with CODEX_INSTRUCTIONS for its own
+    17 k characters (its `model_instructions_file`)."""
+    argv = [*command.argv, *NARROW.get(command.name, [])]
     if command.name == "opencode":
         path = Path(command.env["HOME"]) / ".config" / "opencode" / "opencode.json"
         config = json.loads(path.read_text())
         config["tools"] = dict.fromkeys(OPENCODE_SPARE_TOOLS, False)
         path.write_text(json.dumps(config))
-    return dataclasses.replace(command, argv=[*command.argv, *NARROW.get(command.name, [])])
+    if command.name == "codex":
+        instructions = Path(command.env["CODEX_HOME"]) / "instructions.md"
+        instructions.write_text(CODEX_INSTRUCTIONS + "\n")
+        # `codex exec -c KEY=VALUE ... TASK`: the option before the task.
+        argv[2:2] = ["-c", f'model_instructions_file="{instructions}"']
+    return dataclasses.replace(command, argv=argv)
 
 
 def run_agent(

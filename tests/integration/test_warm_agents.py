@@ -44,6 +44,6 @@ def through_specproxy(tmp_path: Path) -> Server:
 def test_codexs_first_session_after_a_restart_finds_its_prompt_cached(tmp_path: Path) -> None:
     if not agents.installed():
         pytest.fail("agents are not installed: run scripts/install-agents.sh (make test does)")
-    proxied = sessions("codex", through_specproxy(tmp_path), True, tmp_path / "codex")
+    proxied = sessions("codex", through_specproxy(tmp_path), True, tmp_path / "codex", narrow=True)
     print(f"\ncodex: specproxy, the second session after a restart: {describe(proxied)}")
     assert cached_share(proxied[1]) >= 0.90
