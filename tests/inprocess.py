@@ -100,6 +100,15 @@ async def proxy_in_front(
         await client.close()
 
 
+# One short calibration round: one prompt per class and backend, 8-token answers.
+SHORT_CALIBRATION: dict[str, Any] = {
+    "calibration_requests": 1,
+    "calibration_prompts": 1,
+    "calibration_max_tokens": 8,
+    "calibration_echo_tokens": 8,
+}
+
+
 @asynccontextmanager
 async def fast_proxy(
     tmp_path: Path, backends: dict[str, dict[str, Any]] | None = None, **settings: Any

@@ -80,13 +80,12 @@ def _capped(surface: Surface, shaped: dict[str, Any], cap: int | None) -> dict[s
 
 
 def _upstream_body(
-    surface: Surface, body: Mapping[str, Any], shaped: dict[str, Any], cap: int | None = None
+    surface: Surface, body: Mapping[str, Any], shaped: dict[str, Any]
 ) -> dict[str, Any]:
     """The body as llama-server takes it, whichever backend is chosen."""
     if not surface.generates:
         # A passthrough answers one JSON document; a `stream` flag would only confuse the relay.
         return {k: v for k, v in shaped.items() if k != "stream"}
-    shaped = _capped(surface, shaped, cap)
     # Through the proxy a slot number names no particular server, and a named slot skips
     # llama-server's own search of its slots and RAM cache (docs/routing.md). A client's
     # speculation settings go only where _client_speculation checked them.
@@ -268,14 +267,17 @@ class Pipeline:
         self._parse(surface, raw, exchange)
         # Refused before any wait for room: a bad setting is the client's to fix at once.
         client_speculation = self._client_speculation(exchange)
-        # The body as llama-server takes it (a client's shape adjusted), made once.
+        # The body as llama-server takes it (a client's shape adjusted, its answer budget
+        # capped), made once: the fit to a context and the route see the capped budget too.
         shaped = surface.shape(exchange.body)
+        if surface.generates:
+            shaped = _capped(surface, shaped, self.max_answer_tokens)
         self._classify(surface, request.headers, shaped, exchange)
         fit = await backends_that_fit(
             self.pool, self.counting, surface, shaped, len(raw), exchange.pinned
         )
         exchange.fit_wait_s = fit.waited_s
-        body = _upstream_body(surface, exchange.body, shaped, self.max_answer_tokens)
+        body = _upstream_body(surface, exchange.body, shaped)
         budget = answer_budget(body)
         # An unreachable backend received nothing, so an unpinned request may try one other.
         for attempt in (1, 2):

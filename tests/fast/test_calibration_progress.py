@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.inprocess import fast_proxy
+from tests.inprocess import SHORT_CALIBRATION, fast_proxy
 
 # Each stub answer takes 5 x 0.05 s, so the proxy is seen mid-calibration more than once.
 TOKENS, DELAY_S = 5, 0.05
@@ -19,10 +19,7 @@ async def test_health_and_the_status_page_show_calibration_progress(tmp_path: Pa
     pages: list[str] = []
     async with fast_proxy(
         tmp_path,
-        calibration_requests=1,
-        calibration_prompts=1,
-        calibration_max_tokens=8,
-        calibration_echo_tokens=8,
+        **SHORT_CALIBRATION,
     ) as proxy:
         for double in proxy.doubles.values():
             double.behaviour.tokens, double.behaviour.token_delay_s = TOKENS, DELAY_S

@@ -11,7 +11,7 @@ from pathlib import Path
 from structlog.testing import capture_logs
 
 from proxy.testing.llama_double import Behaviour, start_double
-from tests.inprocess import fast_proxy, proxy_in_front
+from tests.inprocess import SHORT_CALIBRATION, fast_proxy, proxy_in_front
 from tests.messages import openai_messages
 
 HELLO = openai_messages("Say hello.")
@@ -28,10 +28,7 @@ async def test_a_users_request_waits_at_most_for_the_calibration_request_decodin
             tmp_path,
             backends={"plain": shared, "ngram": {"kind": "ngram", **shared}},
             devices={"cpu0": {"capacity": 1}},
-            calibration_requests=1,
-            calibration_prompts=1,
-            calibration_max_tokens=8,
-            calibration_echo_tokens=8,
+            **SHORT_CALIBRATION,
         ) as proxy:
             for double in proxy.doubles.values():
                 double.behaviour.tokens, double.behaviour.token_delay_s = TOKENS, DELAY_S
@@ -77,10 +74,7 @@ async def test_a_frozen_backend_times_out_and_calibration_goes_on(tmp_path: Path
                 tmp_path,
                 backends,
                 doubles,
-                calibration_requests=1,
-                calibration_prompts=1,
-                calibration_max_tokens=8,
-                calibration_echo_tokens=8,
+                **SHORT_CALIBRATION,
                 # Each request to the frozen backend waits this long: the stubs answer in ms.
                 request_timeout_s=1.0,
             ) as proxy:

@@ -24,7 +24,7 @@ from proxy.routing.router import Router
 from proxy.routing.scoreboard import Outcome, Scoreboard
 from proxy.tasks import AUTO_MODEL
 from tests.helpers import ROOT
-from tests.inprocess import fast_proxy
+from tests.inprocess import SHORT_CALIBRATION, fast_proxy
 from tests.policy_inputs import Backend, decoding, default_layout, measure, on_device
 
 DOC = ROOT / "docs" / "routing.md"
@@ -235,10 +235,7 @@ async def test_calibration_requests_carry_their_reason_in_the_log(tmp_path: Path
     with capture_logs() as logs:
         async with fast_proxy(
             tmp_path,
-            calibration_requests=1,
-            calibration_prompts=1,
-            calibration_max_tokens=8,
-            calibration_echo_tokens=8,
+            **SHORT_CALIBRATION,
         ) as proxy:
             await proxy.wait_calibrated(60)
     routes = {e.get("route") for e in logs if e["event"] == "request"}
