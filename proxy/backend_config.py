@@ -136,6 +136,13 @@ class BackendConfig(BaseModel):
         "(its container image does), so connections to them are kept and a client may set "
         "speculation per request (a backend the proxy starts: read from its binary)",
     )
+    repair_tool_calls: bool = Field(
+        default=True,
+        description="an answer that is only tool calls written as text (a fenced ```json "
+        "block, bare JSON, `<tools>`, `<tool_call>`), each naming a declared tool with "
+        "arguments its schema accepts, reaches the client as those calls (docs/surfaces.md, "
+        "Tool calls written as text); false leaves every answer as the model wrote it",
+    )
     url: str | None = Field(default=None, description="an already running llama-server")
     urls: list[str] | None = Field(
         default=None,

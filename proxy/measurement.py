@@ -35,6 +35,8 @@ class Measurement:
     # Whether the connection failed (refused, reset): the one failure that says the server may
     # be gone. A bad answer or a slow connect does not; health checks decide the rest.
     connection_lost: bool = False
+    # Tool calls the model wrote as text that the answer carries as calls (proxy.api.call_repair).
+    repaired_calls: int = 0
 
     async def waiting(self, step: Awaitable[T]) -> T:
         """Await a step that waits on the backend or the client, its time counted as waited."""

@@ -109,6 +109,13 @@ class ProxyMetrics:
             buckets=_SECONDS_BUCKETS,
             registry=r,
         )
+        self.repaired_calls = Counter(
+            "specproxy_repaired_tool_calls",
+            "Tool calls the model wrote as text (a fenced or bare JSON call, <tools>, "
+            "<tool_call>) that reached the client as calls",
+            ["endpoint", "backend"],
+            registry=r,
+        )
         self.generated = Counter(
             "specproxy_generated_tokens",
             "Tokens generated (llama.cpp timings.predicted_n)",
@@ -210,6 +217,8 @@ class ProxyMetrics:
         upstream = exchange.measured
         if upstream is None:
             return
+        if upstream.repaired_calls:
+            child(self.repaired_calls, exchange.endpoint, backend).inc(upstream.repaired_calls)
         if upstream.ttft_s is not None:
             child(self.ttft, *labels).observe(upstream.ttft_s)
         admission = exchange.admission

@@ -15,11 +15,13 @@ import aiohttp
 from aiohttp import web
 
 from proxy.api import speculation
+from proxy.api.call_repair import CallRepair
 from proxy.api.context_fit import BUDGET_KEYS, Fit, answer_budget, backends_that_fit
 from proxy.api.errors import REQUEST_ID, ApiError
 from proxy.api.record import Recorder
 from proxy.api.relay import RelayTimeouts, UpstreamCall, UpstreamSessions, relay
 from proxy.api.surfaces import Surface
+from proxy.api.text_calls import ToolCatalog
 from proxy.backends.contention import CpuMeter
 from proxy.backends.engine import BackendSaturatedError, SlotUse
 from proxy.backends.pool import BackendPool
@@ -100,6 +102,15 @@ def _upstream_body(
     if surface.stream_progress:
         streamed["return_progress"] = True
     return streamed
+
+
+def _repair(surface: Surface, exchange: Exchange, backend: Strategy) -> CallRepair | None:
+    """The repair of calls written as text, for a user's request declaring tools where its
+    backend allows it."""
+    if surface.calls is None or exchange.background or not backend.spec.config.repair_tool_calls:
+        return None
+    catalog = ToolCatalog.of(surface.calls, exchange.body)
+    return CallRepair(catalog) if catalog is not None else None
 
 
 def _headers(exchange: Exchange, route: Route) -> dict[str, str]:
@@ -359,6 +370,7 @@ class Pipeline:
                         self.timeouts,
                         surface.wire,
                         reuse=backend.spec.our_build,
+                        repair=_repair(surface, exchange, backend),
                     )
                     started = self.cpu.snapshot()
                     try:

@@ -91,6 +91,8 @@ class Recorder:
             device_wait_s=round(admission.device_wait_s, 3) if admission is not None else 0.0,
             # Waiting for another request to compute the prompt's start, which this one reused.
             prefix_wait_s=round(exchange.prefix_wait_s, 3) or None,
+            # Tool calls the model wrote as text, sent to the client as calls.
+            repaired_tool_calls=upstream.repaired_calls or None,
             error=upstream.error,
             **({"body": exchange.body} if self.log_prompts else {}),
         )

@@ -15,6 +15,7 @@ from aiohttp import web
 
 from proxy.api import anthropic
 from proxy.api.assemble import AnswerAssembler, AnswerKind
+from proxy.api.call_repair import REPAIRED_HEADER, CallRepair
 from proxy.api.errors import ApiError, from_upstream
 from proxy.api.openai_stream import PlainStream
 from proxy.api.rewrite import StreamRewriter
@@ -150,6 +151,8 @@ class UpstreamCall:
     wire: Wire = OPENAI_WIRE
     # The server keeps connections after its answers (specproxy's build).
     reuse: bool = False
+    # Makes tool calls the model wrote as text into calls; None: the answer passes as it is.
+    repair: CallRepair | None = None
 
 
 async def relay(
@@ -218,6 +221,8 @@ async def relay(
         raise
     finally:
         measured.duration_s = time.monotonic() - start
+        if call.repair is not None:
+            measured.repaired_calls = call.repair.repaired
         if measured.tally is not None:
             _drain(upstream, measured.tally)
         measured.settle()
@@ -261,6 +266,12 @@ async def _relay_whole(
         data = None
     measured.timings = counts_of(data)
     status = upstream.status
+    headers = call.headers
+    if call.repair is not None and status == 200 and isinstance(data, dict):
+        call.repair.whole(data)
+        if call.repair.repaired:
+            raw = json.dumps(data, ensure_ascii=False).encode()
+            headers = {**headers, REPAIRED_HEADER: str(call.repair.repaired)}
     if status >= 400:
         measured.error = from_upstream(data, status, raw).message
         if status == 500 and wire.input_faults_are_400:
@@ -273,7 +284,7 @@ async def _relay_whole(
         status=status,
         body=raw,
         content_type=upstream.content_type or "application/json",
-        headers=call.headers,
+        headers=headers,
     )
 
 
@@ -315,6 +326,10 @@ async def _relay_assembled(
     answer = assembler.answer()
     measured.tally = None
     measured.timings = counts_of(answer)
+    if call.repair is not None:
+        answer = call.repair.whole(answer)
+        if call.repair.repaired:
+            headers = {**headers, REPAIRED_HEADER: str(call.repair.repaired)}
     return web.json_response(answer, headers=headers)
 
 
@@ -338,6 +353,8 @@ async def _relay_stream(
     await measured.waiting(response.prepare(request))
     measured.tally = StreamTally()
     rewriter = call.wire.rewriter(call.body)
+    if call.repair is not None:
+        rewriter = call.repair.stream(rewriter)
     try:
         return await _pump(call, upstream, response, measured, start, rewriter)
     finally:

@@ -23,6 +23,7 @@ from proxy.api.billing_header import (
 from proxy.api.openai_stream import OpenAIStreamEnd
 from proxy.api.relay import OPENAI_WIRE, Wire
 from proxy.api.responses_stream import ResponsesStreamFix
+from proxy.api.text_calls import CallApi
 from proxy.tasks import FIM_TASK, TASK_CLASSES
 
 # "classifier": the class of the body; "fim": always FIM; None: passthrough, not routed by speed.
@@ -109,6 +110,9 @@ class Surface:
     shape: Callable[[dict[str, Any]], dict[str, Any]] = _same
     # The API's own name for the answer's token budget.
     budget_key: str = "max_tokens"
+    # Where its requests declare tools and its answers carry calls: tool calls the model
+    # writes as text become calls on it (proxy.api.call_repair).
+    calls: CallApi | None = None
 
     @property
     def generates(self) -> bool:
@@ -141,6 +145,7 @@ SURFACES: tuple[Surface, ...] = (
         "classifier",
         wire=_WHOLE_CHAT,
         shape=chat_without_billing,
+        calls="chat",
     ),
     Surface("/v1/completions", "completions", v.check_completions, "classifier", wire=_WHOLE_TEXT),
     Surface(
@@ -153,6 +158,7 @@ SURFACES: tuple[Surface, ...] = (
         stream_progress=True,
         shape=shape_responses,
         budget_key="max_output_tokens",
+        calls="responses",
     ),
     Surface(
         "/v1/messages",
@@ -162,6 +168,7 @@ SURFACES: tuple[Surface, ...] = (
         messages_view,
         _ANTHROPIC,
         shape=messages_without_billing,
+        calls="messages",
     ),
     Surface("/infill", "infill", v.check_infill, "fim", budget_key="n_predict"),
     Surface("/completion", "completion", v.check_completions, "classifier", budget_key="n_predict"),
