@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +58,29 @@ class AgentRun:
         """The text of a file the agent created in its directory, if it did."""
         path = self.workdir / name
         return path.read_text() if path.is_file() else None
+
+    def task_missed(self) -> str | None:
+        """What is wrong with the TASK's result on disk; None where hello.py's greet("Ada")
+        returns "Hello, Ada!". The model's file runs in a child interpreter, with a limit."""
+        code = self.wrote()
+        if code is None:
+            made = sorted(str(p.relative_to(self.workdir)) for p in self.workdir.rglob("*"))
+            return f"no hello.py (the directory holds {made or 'nothing'})"
+        check = "import runpy; print(repr(runpy.run_path('hello.py')['greet']('Ada')))"
+        try:
+            done = subprocess.run(
+                [sys.executable, "-I", "-c", check],
+                cwd=self.workdir,
+                capture_output=True,
+                text=True,
+                timeout=20,
+            )
+        except subprocess.TimeoutExpired:
+            return f"hello.py did not finish in 20 s:\n{code}"
+        if done.stdout.strip() != repr("Hello, Ada!"):
+            why = done.stdout.strip() or done.stderr.strip().splitlines()[-1:]
+            return f"greet('Ada') gave {why}, not 'Hello, Ada!'; hello.py:\n{code}"
+        return None
 
     def tail(self) -> str:
         """The end of its output, for assertion messages."""

@@ -5,6 +5,7 @@ place for each, for every tier."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import os
 import socket
@@ -89,6 +90,33 @@ def accepting_nothing(host: str = "127.0.0.1", port: int = 0) -> Iterator[int]:
 
 # ------------------------------------------------------------------------------------ waiting
 
+# The workload below took this long (best of 3) on 2026-12-08, with the suite running beside it.
+# The ceilings in the tests were set on days at least that fast.
+REFERENCE_WORK_S = 0.045
+
+
+def _work_s() -> float:
+    start = time.perf_counter()
+    sum(i * i for i in range(1_000_000))
+    return time.perf_counter() - start
+
+
+@functools.cache
+def slowness() -> float:
+    """How many times slower this machine runs now than when the tests' ceilings were set (at
+    least 1): a fixed workload timed once per session. SPECPROXY_TEST_SLOWNESS sets it."""
+    given = os.environ.get("SPECPROXY_TEST_SLOWNESS")
+    if given:
+        return max(float(given), 1.0)
+    return max(min(_work_s() for _ in range(3)) / REFERENCE_WORK_S, 1.0)
+
+
+def patience(seconds: float) -> float:
+    """A ceiling on a wait, stretched as much as this machine is slow today: the machine's speed
+    moves 3-4x from day to day, and what a test waits for (a prompt, a calibration, an agent's
+    session) with it. Only ceilings: a test's own claim of "within N s" is not stretched."""
+    return seconds * slowness()
+
 
 def wait_until(
     condition: Callable[[], object],
@@ -101,8 +129,9 @@ def wait_until(
     It is asked once more at the deadline, so a slow last poll is not lost. Exceptions of the
     `ignore` types count as "not yet" (OSError: a server not listening yet); any other one
     propagates, which is how a condition says "stop, this will never hold" (a process exited).
+    `timeout` is a ceiling, stretched by patience() on a slow day.
     """
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + patience(timeout)
     while True:
         last = time.monotonic() >= deadline
         try:
@@ -133,7 +162,7 @@ def wait_for(
         return bool(value)
 
     if not wait_until(holds, timeout, interval, ignore):
-        pytest.fail(f"waited {timeout:g} s for {what() if callable(what) else what}")
+        pytest.fail(f"waited {patience(timeout):g} s for {what() if callable(what) else what}")
     return found[0]
 
 

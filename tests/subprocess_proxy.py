@@ -4,12 +4,16 @@ clients. The fast tier's is tests/inprocess.py."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import openai
 
-from proxy.testing.running_proxy import RunningProxy, calibration, running_proxy, start_proxy
-from tests.helpers import wait_for
+from proxy.testing import running_proxy as started
+from proxy.testing.running_proxy import RunningProxy, calibration, start_proxy
+from tests.helpers import patience, wait_for
 
 __all__ = [
     "RunningProxy",
@@ -19,6 +23,16 @@ __all__ = [
     "start_proxy",
     "wait_calibrated",
 ]
+
+
+@contextmanager
+def running_proxy(
+    config: Path | None, log_path: Path, ready_timeout: float = 300, **kw: Any
+) -> Iterator[RunningProxy]:
+    """proxy.testing.running_proxy.running_proxy, its ceiling on start-up stretched by
+    patience() on a slow day."""
+    with started.running_proxy(config, log_path, patience(ready_timeout), **kw) as running:
+        yield running
 
 
 def wait_calibrated(url: str, timeout: float) -> dict[str, Any]:

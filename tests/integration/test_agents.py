@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from loadtests import agents
-from tests.helpers import ROOT, get_json, wait_until
+from tests.helpers import ROOT, get_json, patience, wait_until
 from tests.subprocess_proxy import RunningProxy, running_proxy
 from tests.warm_starts import (
     bare_llama_server,
@@ -33,10 +33,11 @@ from tests.warm_starts import (
     without_tools,
 )
 
-pytestmark = [pytest.mark.agents, pytest.mark.timeout(1500)]
+# Ceilings, stretched on a slow day (tests/helpers.patience).
+pytestmark = [pytest.mark.agents, pytest.mark.timeout(patience(1500))]
 AGENT_CONFIG = ROOT / "tests" / "configs" / "agents.yaml"
 # One agent's whole run: its first turn processes 8-20 k prompt tokens on two cores.
-RUN_TIMEOUT_S = 1200.0
+RUN_TIMEOUT_S = patience(1200.0)
 
 
 def agent_config() -> Path:
@@ -101,12 +102,11 @@ def assert_answered(run: agents.AgentRun, seen: list[dict[str, object]], endpoin
     assert not failed, f"{run.name} got errors: {failed}\n{run.tail()}"
 
 
-def assert_wrote_greet_if_it_tried(run: agents.AgentRun, tried: bool) -> None:
-    """A file-writing tool call the model made arrived in the agent's format: the agent ran it,
-    so a file appeared in its directory (what the 0.5B wrote in it is the model's business)."""
-    if tried:
-        files = [p for p in run.workdir.rglob("*") if p.is_file()]
-        assert files, f"the agent did not carry out the model's tool call\n{run.tail()}"
+def assert_did_the_task(run: agents.AgentRun) -> None:
+    """The one-line task is done on disk: hello.py's greet("Ada") returns "Hello, Ada!". The
+    agent had to act on the model's answer, through its own tool or edit format."""
+    missed = run.task_missed()
+    assert missed is None, f"{run.name} did not do the task: {missed}\n{run.tail()}"
 
 
 def test_an_agent_killed_mid_prompt_frees_the_device_within_seconds(
@@ -144,14 +144,7 @@ def test_claude_code(agent_proxy: RunningProxy, claude_dir: Path) -> None:
     assert result, run.tail()
     assert "API Error" not in str(result[-1].get("result", "")), run.tail()
     assert result[-1]["subtype"] in ("success", "error_max_turns"), run.tail()
-    tool_uses = [
-        block
-        for line in lines
-        if line.get("type") == "assistant"
-        for block in line["message"]["content"]
-        if isinstance(block, dict) and block.get("type") == "tool_use"
-    ]
-    assert_wrote_greet_if_it_tried(run, any(t.get("name") == "Write" for t in tool_uses))
+    assert_did_the_task(run)
 
 
 def test_claude_codes_next_session_with_another_task_finds_its_prompt_cached(
@@ -183,9 +176,7 @@ def test_codex(agent_proxy: RunningProxy, tmp_path: Path) -> None:
     events = run.json_lines()
     kinds = [e.get("type") for e in events]
     assert "turn.completed" in kinds and "turn.failed" not in kinds, run.tail()
-    items = [e.get("item") for e in events if e.get("type") == "item.completed"]
-    tried = any(isinstance(i, dict) and i.get("type") == "file_change" for i in items)
-    assert_wrote_greet_if_it_tried(run, tried)
+    assert_did_the_task(run)
 
 
 def test_opencode(agent_proxy: RunningProxy, tmp_path: Path) -> None:
@@ -194,9 +185,7 @@ def test_opencode(agent_proxy: RunningProxy, tmp_path: Path) -> None:
     assert run.returncode == 0, run.tail()
     events = run.json_lines()
     assert not [e for e in events if e.get("type") == "error"], run.tail()
-    tools = [e for e in events if e.get("type") == "tool_use"]
-    tried = any("write" in json.dumps(t).lower() for t in tools)
-    assert_wrote_greet_if_it_tried(run, tried)
+    assert_did_the_task(run)
 
 
 def test_aider(agent_proxy: RunningProxy, tmp_path: Path) -> None:
@@ -205,7 +194,7 @@ def test_aider(agent_proxy: RunningProxy, tmp_path: Path) -> None:
     # aider exits 0 even when the API failed: what it printed says.
     assert "litellm." not in run.stdout and "APIError" not in run.stdout, run.tail()
     # Whole-file edits: aider writes the file from the fenced block the model answers with.
-    assert_wrote_greet_if_it_tried(run, "hello.py" in run.stdout and "```" in run.stdout)
+    assert_did_the_task(run)
 
 
 def test_continue(agent_proxy: RunningProxy, tmp_path: Path) -> None:
@@ -213,7 +202,7 @@ def test_continue(agent_proxy: RunningProxy, tmp_path: Path) -> None:
     assert_answered(run, seen, "chat")
     assert run.returncode == 0, run.tail()
     assert '"status":"error"' not in run.stdout.replace(" ", ""), run.tail()
-    assert_wrote_greet_if_it_tried(run, run.wrote() is not None)
+    assert_did_the_task(run)
 
 
 @pytest.fixture
@@ -248,7 +237,7 @@ def test_qwen_code(recording_proxy: RunningProxy, tmp_path: Path) -> None:
     assert_answered(run, seen, "chat")
     assert run.returncode == 0, run.tail()
     assert "API Error" not in run.stdout + run.stderr, run.tail()
-    assert_wrote_greet_if_it_tried(run, run.wrote() is not None)
+    assert_did_the_task(run)
 
     follow_up = agents.qwen_code(recording_proxy.url, tmp_path, RUN_TIMEOUT_S, QWEN_FOLLOW_UP, True)
     followed = agents.run(agents.narrowed(follow_up), RUN_TIMEOUT_S)
