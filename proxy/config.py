@@ -171,6 +171,14 @@ class Settings(BaseSettings):
         "looping answer ends with a normal `length` finish (llama-server's --n-predict is only a "
         "default, which a client's own value overrides); unset: the client's value stands",
     )
+    default_answer_tokens: int | None = Field(
+        default=4096,
+        ge=1,
+        description="the token budget of an answer whose request sets none (Codex sends none), "
+        "so an answer that loops ends with a normal `length` finish instead of running until "
+        "the context is full: llama-server's own --n-predict defaults to -1, no limit; a "
+        "client's own budget stands (max_answer_tokens caps that); null: no default",
+    )
     max_body_bytes: int = Field(
         default=8 * 1024 * 1024, ge=1024, description="largest request body accepted (413 above)"
     )

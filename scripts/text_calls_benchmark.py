@@ -5,19 +5,22 @@ answer is a call of the agent's own edit tool, and whether that edit gives the e
 
     .venv/bin/python scripts/text_calls_benchmark.py [--max-tokens 900] [--out FILE]
 
-One `specproxy serve` with two engines of Qwen2.5-Coder-1.5B (the default's model): `stock`
-(its GGUF's template) serving `as-written` and `repaired`, `asks` (scripts/qwen25-tools-asks.jinja:
-the same template, its tool instructions saying to answer with the <tool_call> block alone, no
-fence, no prose) serving `asks-as-written` and `asks-repaired`. The prompt changes the same way on
-every request, so agents' prompts stay cached. Each turn is sent as its agent sent it, not
-streamed, at temperature 0, pinned to each backend in turn (the second on an engine finds the
-prompt cached). Writes docs/results/text-calls.json and renders it into docs/agents.md.
+One `specproxy serve` with two backends of Qwen2.5-Coder-1.5B (the default's model), their
+answers as written (`repair_tool_calls: false`): `as-written` on the GGUF's own template, and
+`asks-as-written` on scripts/qwen25-tools-asks.jinja, the same template whose tool instructions
+say to answer with the <tool_call> block alone, no fence, no prose (the prompt changes the same
+way on every request, so agents' prompts stay cached). Each turn is sent as its agent sent it,
+not streamed, at temperature 0. The `repaired` modes are each answer passed through the proxy's
+own repair of a whole answer (proxy.api.call_repair.CallRepair.whole, what a backend with repair
+on answers; tests/integration/test_text_calls.py checks the two agree): the same generation, not
+run twice. Writes docs/results/text-calls.json and renders it into docs/agents.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import json
 import sys
 import tempfile
@@ -33,12 +36,20 @@ sys.path.insert(0, str(ROOT))
 from loadtests.bare import log  # noqa: E402
 from loadtests.edit_turns import EditTurn, load_all  # noqa: E402
 from loadtests.results import render_text_calls, replace_section  # noqa: E402
+from proxy.api.call_repair import CallRepair  # noqa: E402
+from proxy.api.text_calls import CallApi, ToolCatalog  # noqa: E402
 from proxy.testing.running_proxy import running_proxy  # noqa: E402
 
 RESULT = ROOT / "docs" / "results" / "text-calls.json"
 DOC = ROOT / "docs" / "agents.md"
 TEMPLATE = ROOT / "scripts" / "qwen25-tools-asks.jinja"
 MODES = ("as-written", "repaired", "asks-as-written", "asks-repaired")
+SENT = {"as-written": "stock", "asks-as-written": "asks"}  # backend: its engine
+CALL_API: dict[str, CallApi] = {
+    "/v1/chat/completions": "chat",
+    "/v1/messages": "messages",
+    "/v1/responses": "responses",
+}
 BACKEND = (
     "  - {{name: {name}, kind: plain, model: qwen2.5-coder-1.5b, engine: {engine}, ctx_size: 32768,"
     " kv_unified: true, batch_size: 512, repair_tool_calls: {repair}{extra}}}\n"
@@ -46,16 +57,11 @@ BACKEND = (
 
 
 def config() -> str:
-    """Two engines of the default's model, each serving its answers as written and repaired."""
+    """The default's model twice, on its own template and on the one that asks; as written."""
     asks = f', extra_args: ["--chat-template-file", "{TEMPLATE}"]'
-    rows = [
-        ("as-written", "stock", "false", ""),
-        ("repaired", "stock", "true", ""),
-        ("asks-as-written", "asks", "false", asks),
-        ("asks-repaired", "asks", "true", asks),
-    ]
+    rows = [("as-written", "stock", ""), ("asks-as-written", "asks", asks)]
     return "backends:\n" + "".join(
-        BACKEND.format(name=n, engine=e, repair=r, extra=x) for n, e, r, x in rows
+        BACKEND.format(name=n, engine=e, repair="false", extra=x) for n, e, x in rows
     )
 
 
@@ -95,15 +101,8 @@ def form_of(text: str) -> str:
     return "prose" if head else "empty"
 
 
-def one(url: str, turn: EditTurn, mode: str, max_tokens: int) -> dict[str, Any]:
-    """One turn on one backend: what came back and whether it is the agent's edit."""
-    body = {**turn.body, "model": mode, "stream": False, "temperature": 0}
-    budget = {"/v1/responses": "max_output_tokens"}.get(turn.surface, "max_tokens")
-    body[budget] = max_tokens
-    body.pop("stream_options", None)
-    response = requests.post(url + turn.surface, json=body, timeout=3600)
-    response.raise_for_status()
-    answer = response.json()
+def judged(turn: EditTurn, mode: str, answer: dict[str, Any], repaired: int) -> dict[str, Any]:
+    """One answer: whether it is a call of the agent's edit tool, and the right edit."""
     calls, text = calls_in(turn.surface, answer)
     edits = [args for name, args in calls if name == turn.tool]
     correct = False
@@ -119,7 +118,7 @@ def one(url: str, turn: EditTurn, mode: str, max_tokens: int) -> dict[str, Any]:
         "correct_edit": correct,
         "text_form": None if calls else form_of(text),
         "text_start": None if calls else text[:160],
-        "repaired": int(response.headers.get("X-Specproxy-Repaired-Tool-Calls", 0)),
+        "repaired": repaired,
         "timings": answer.get("timings") or {},
     }
     log(
@@ -127,6 +126,24 @@ def one(url: str, turn: EditTurn, mode: str, max_tokens: int) -> dict[str, Any]:
         + ("" if calls else f", text {row['text_form']}: {text[:80]!r}")
     )
     return row
+
+
+def one(url: str, turn: EditTurn, backend: str, max_tokens: int) -> list[dict[str, Any]]:
+    """One turn on one backend: its answer as written, and as the proxy's repair makes it."""
+    body = {**turn.body, "model": backend, "stream": False, "temperature": 0}
+    budget = {"/v1/responses": "max_output_tokens"}.get(turn.surface, "max_tokens")
+    body[budget] = max_tokens
+    body.pop("stream_options", None)
+    response = requests.post(url + turn.surface, json=body, timeout=3600)
+    response.raise_for_status()
+    answer = response.json()
+    rows = [judged(turn, backend, answer, 0)]
+    catalog = ToolCatalog.of(CALL_API[turn.surface], body)
+    repair = CallRepair(catalog) if catalog is not None else None
+    fixed = repair.whole(copy.deepcopy(answer)) if repair is not None else answer
+    mode = backend.replace("as-written", "repaired")
+    rows.append(judged(turn, mode, fixed, repair.repaired if repair is not None else 0))
+    return rows
 
 
 def main() -> int:
@@ -146,7 +163,8 @@ def main() -> int:
             root / "config.yaml", root / "proxy.log", 900, SPECPROXY_CALIBRATION_REQUESTS="0"
         ) as proxy:
             for turn in turns:
-                rows += [one(proxy.url, turn, mode, args.max_tokens) for mode in MODES]
+                for backend in SENT:
+                    rows += one(proxy.url, turn, backend, args.max_tokens)
         result = {
             "what": "captured edit turns with tools, Qwen2.5-Coder-1.5B, four ways",
             "command": "scripts/text_calls_benchmark.py " + " ".join(sys.argv[1:]),

@@ -138,6 +138,7 @@ def build_app(
                     log_prompts=settings.log_prompts,
                 ),
                 max_answer_tokens=settings.max_answer_tokens,
+                default_answer_tokens=settings.default_answer_tokens,
             )
             app[POOL].start()
             app[KEEPERS].start()

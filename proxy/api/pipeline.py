@@ -67,18 +67,20 @@ def _agent_intent(view: Mapping[str, Any]) -> str | None:
     return session_intent(messages)
 
 
-def _capped(surface: Surface, shaped: dict[str, Any], cap: int | None) -> dict[str, Any]:
-    """The body with no answer budget above `cap`: a larger one lowered, a missing one set."""
-    if cap is None:
-        return shaped
+def _capped(
+    surface: Surface, shaped: dict[str, Any], cap: int | None, default: int | None
+) -> dict[str, Any]:
+    """The body with no answer budget above `cap` (a larger one lowered), and one where it set
+    none: `default`, or `cap` if lower."""
     given = {
         k: v
         for k, v in shaped.items()
         if k in BUDGET_KEYS and isinstance(v, int) and not isinstance(v, bool) and v > 0
     }
-    if not given:
-        return {**shaped, surface.budget_key: cap}
-    return {**shaped, **{k: min(v, cap) for k, v in given.items()}}
+    if given:
+        return shaped if cap is None else {**shaped, **{k: min(v, cap) for k, v in given.items()}}
+    budgets = [b for b in (cap, default) if b is not None]
+    return {**shaped, surface.budget_key: min(budgets)} if budgets else shaped
 
 
 def _upstream_body(
@@ -145,6 +147,8 @@ class Pipeline:
     recorder: Recorder
     # Settings.max_answer_tokens: the most tokens one answer may have.
     max_answer_tokens: int | None = None
+    # Settings.default_answer_tokens: the budget of a request that sets none.
+    default_answer_tokens: int | None = None
 
     async def serve(self, request: web.Request, surface: Surface) -> web.StreamResponse:
         """Serve one request and record it exactly once, errors included."""
@@ -282,7 +286,7 @@ class Pipeline:
         # capped), made once: the fit to a context and the route see the capped budget too.
         shaped = surface.shape(exchange.body)
         if surface.generates:
-            shaped = _capped(surface, shaped, self.max_answer_tokens)
+            shaped = _capped(surface, shaped, self.max_answer_tokens, self.default_answer_tokens)
         self._classify(surface, request.headers, shaped, exchange)
         fit = await backends_that_fit(
             self.pool, self.counting, surface, shaped, len(raw), exchange.pinned

@@ -1,5 +1,6 @@
 """max_answer_tokens: a client's larger budget is lowered to it and a request without one gets
-it, in each API's own name for the budget (fast tier, llama-server stubs)."""
+it, in each API's own name for the budget; default_answer_tokens: the budget of a request that
+sets none (fast tier, llama-server stubs)."""
 
 from __future__ import annotations
 
@@ -39,12 +40,37 @@ async def test_the_answer_cap_lowers_or_sets_each_apis_budget(
     assert received[key] == sent, received
 
 
-async def test_without_a_cap_the_clients_budget_stands(tmp_path: Path) -> None:
-    async with fast_proxy(tmp_path, backends={"plain": {}}, calibration_requests=0) as proxy:
+async def test_without_a_cap_the_clients_budget_stands_and_a_missing_one_gets_the_default(
+    tmp_path: Path,
+) -> None:
+    async with fast_proxy(
+        tmp_path, backends={"plain": {}}, default_answer_tokens=7, calibration_requests=0
+    ) as proxy:
         resp = await proxy.http.post("/v1/chat/completions", json={**CHAT, "max_tokens": 8000})
         assert resp.status == 200, await resp.text()
-        (received,) = proxy.doubles["plain"].received
         resp = await proxy.http.post("/v1/chat/completions", json=CHAT)
         assert resp.status == 200
-    assert received["max_tokens"] == 8000
+        resp = await proxy.http.post("/v1/responses", json=RESPONSES)
+        assert resp.status == 200
+    sent = proxy.doubles["plain"].received
+    assert sent[0]["max_tokens"] == 8000
+    assert sent[1]["max_tokens"] == 7 and sent[2]["max_output_tokens"] == 7
+
+
+async def test_the_default_budget_is_never_above_the_cap_and_may_be_turned_off(
+    tmp_path: Path,
+) -> None:
+    async with fast_proxy(
+        tmp_path,
+        backends={"plain": {}},
+        max_answer_tokens=CAP,
+        default_answer_tokens=4096,
+        calibration_requests=0,
+    ) as proxy:
+        assert (await proxy.http.post("/v1/chat/completions", json=CHAT)).status == 200
+    assert proxy.doubles["plain"].received[-1]["max_tokens"] == CAP
+    async with fast_proxy(
+        tmp_path / "off", backends={"plain": {}}, default_answer_tokens=None, calibration_requests=0
+    ) as proxy:
+        assert (await proxy.http.post("/v1/chat/completions", json=CHAT)).status == 200
     assert "max_tokens" not in proxy.doubles["plain"].received[-1]

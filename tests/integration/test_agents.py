@@ -102,10 +102,33 @@ def assert_answered(run: agents.AgentRun, seen: list[dict[str, object]], endpoin
     assert not failed, f"{run.name} got errors: {failed}\n{run.tail()}"
 
 
+# What the agent tier's model, Qwen2.5-Coder-0.5B, answered to the task through each agent on
+# 2026-12-08 (the failed answers, as the agents printed them). Four wrote a call of `greet`, the
+# function it was asked to write, which no agent declares as a tool: no repair can make that a
+# file. Through these agents the test ends xfailed, naming the answer: not a pass. aider (a
+# fenced file, no tools) makes the file. docs/agents.md has the default's 1.5B beside bare
+# llama-server.
+SMALL_MODEL_MISSES = {
+    "claude-code": 'a call of greet as text: ```json {"name": "greet", "arguments": {"name": '
+    '"world"}} ```',
+    "codex": 'a call of greet as text: ```json {"name": "greet", "arguments": {"name": '
+    '"string"}} ```',
+    "opencode": 'a call of greet as text: ```json {"name": "greet", "arguments": {"name": '
+    '"name"}} ```',
+    "continue": 'a call of greet as text: ```json {"name": "greet", "arguments": {}} ```',
+    "qwen-code": "the file in a ```python block with prose, no tool call",
+}
+
+
 def assert_did_the_task(run: agents.AgentRun) -> None:
     """The one-line task is done on disk: hello.py's greet("Ada") returns "Hello, Ada!". The
     agent had to act on the model's answer, through its own tool or edit format."""
     missed = run.task_missed()
+    if missed is not None and run.name in SMALL_MODEL_MISSES:
+        pytest.xfail(
+            f"{run.name}: Qwen2.5-Coder-0.5B cannot do the task through it (2026-12-08 it "
+            f"answered {SMALL_MODEL_MISSES[run.name]}); now: {missed}"
+        )
     assert missed is None, f"{run.name} did not do the task: {missed}\n{run.tail()}"
 
 
@@ -237,7 +260,6 @@ def test_qwen_code(recording_proxy: RunningProxy, tmp_path: Path) -> None:
     assert_answered(run, seen, "chat")
     assert run.returncode == 0, run.tail()
     assert "API Error" not in run.stdout + run.stderr, run.tail()
-    assert_did_the_task(run)
 
     follow_up = agents.qwen_code(recording_proxy.url, tmp_path, RUN_TIMEOUT_S, QWEN_FOLLOW_UP, True)
     followed = agents.run(agents.narrowed(follow_up), RUN_TIMEOUT_S)
@@ -263,3 +285,5 @@ def test_qwen_code(recording_proxy: RunningProxy, tmp_path: Path) -> None:
         previous, cached = before["prompt_tokens"], after["cached_tokens"]
         assert isinstance(previous, int) and isinstance(cached, int)
         assert cached >= 0.9 * previous, summary
+    # Last: where the model cannot do the task, the test ends here, xfailed.
+    assert_did_the_task(run)
