@@ -31,6 +31,11 @@ def replace_section(doc: str, name: str, body: str) -> str:
     return re.sub(pattern, lambda _: f"{begin}\n{body}{end}", doc, count=1, flags=re.DOTALL)
 
 
+def not_run(script: str) -> str:
+    """A section whose result file does not exist yet: it says so, and how to make it."""
+    return f"not run yet: `.venv/bin/python {script}`\n"
+
+
 def _cell(row: dict[str, Any] | None) -> str:
     if row is None:
         return "not run"

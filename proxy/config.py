@@ -151,17 +151,30 @@ class Settings(BaseSettings):
         description="connections to backends being opened at once; more wait their turn "
         "rather than overrun a backend's accept queue and time out",
     )
-    # llama-server sends a stream's headers with its first token, so this wait covers the
-    # prompts queued ahead on the backend: four agents' 3 k-token first turns take over 3
-    # minutes on two cores. Bare llama-server never gives up; the clients' own SDKs wait 600 s.
-    first_token_timeout_s: float = Field(
-        default=600.0, gt=0, description="streaming: longest wait for the first chunk"
+    # A 17 k-token prompt takes 20 minutes on two cores on a slow day, and bare llama-server
+    # never gives up on a request that progresses: waits end on a stall, not on the clock
+    # (proxy/api/progress.py).
+    stall_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="a request waiting on a backend whose slots neither process a prompt token "
+        "nor generate one for this long is cut (504, or the stream's error event); a prompt "
+        "that progresses is never cut, however long it takes",
+    )
+    first_token_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="streaming: a cap on the wait for the first token, even while the backend "
+        "progresses (null: none)",
     )
     idle_timeout_s: float = Field(
-        default=60.0, gt=0, description="streaming: longest gap between two chunks"
+        default=60.0, gt=0, description="streaming: longest gap between two tokens"
     )
-    request_timeout_s: float = Field(
-        default=900.0, gt=0, description="non-streaming: longest wait for the whole answer"
+    request_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="non-streaming: a cap on the wait for the whole answer, even while the "
+        "backend progresses (null: none)",
     )
     max_answer_tokens: int | None = Field(
         default=None,
@@ -364,7 +377,8 @@ class Settings(BaseSettings):
             restart_backoff_initial_s=self.restart_backoff_initial_s,
             restart_backoff_max_s=self.restart_backoff_max_s,
             shutdown_grace_s=self.shutdown_grace_s,
-            abandoned_grace_s=self.request_timeout_s,
+            # How long an abandoned request may hold the device: a cap where one is set.
+            abandoned_grace_s=self.request_timeout_s or 900.0,
             max_queue=self.max_queue,
             load_interval_s=self.load_interval_s,
             resolve_interval_s=self.resolve_interval_s,

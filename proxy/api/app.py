@@ -127,6 +127,7 @@ def build_app(
                     first_token_s=settings.first_token_timeout_s,
                     idle_s=settings.idle_timeout_s,
                     whole_answer_s=settings.request_timeout_s,
+                    stall_s=settings.stall_timeout_s,
                 ),
                 cpu=cpu,
                 traffic=UserTraffic(),

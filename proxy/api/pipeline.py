@@ -18,6 +18,7 @@ from proxy.api import speculation
 from proxy.api.call_repair import CallRepair
 from proxy.api.context_fit import BUDGET_KEYS, Fit, answer_budget, backends_that_fit
 from proxy.api.errors import REQUEST_ID, ApiError
+from proxy.api.progress import ProgressWatch
 from proxy.api.record import Recorder
 from proxy.api.relay import RelayTimeouts, UpstreamCall, UpstreamSessions, relay
 from proxy.api.surfaces import Surface
@@ -375,6 +376,7 @@ class Pipeline:
                         surface.wire,
                         reuse=backend.spec.our_build,
                         repair=_repair(surface, exchange, backend),
+                        watch=ProgressWatch(self.counting, target),
                     )
                     started = self.cpu.snapshot()
                     try:

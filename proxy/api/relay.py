@@ -6,9 +6,9 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 from aiohttp import web
@@ -18,10 +18,13 @@ from proxy.api.assemble import AnswerAssembler, AnswerKind
 from proxy.api.call_repair import REPAIRED_HEADER, CallRepair
 from proxy.api.errors import ApiError, from_upstream
 from proxy.api.openai_stream import PlainStream
+from proxy.api.progress import Patience, ProgressWatch
 from proxy.api.rewrite import StreamRewriter
 from proxy.measurement import CLIENT_GONE, Measurement
 from proxy.sse import SseSplitter, data_of
 from proxy.tokens import StreamTally, counts_of
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -86,11 +89,14 @@ class UpstreamSessions:
 
 @dataclass(frozen=True)
 class RelayTimeouts:
-    """How long the relay waits on a backend before answering 504 and cancelling upstream."""
+    """How long the relay waits on a backend before answering 504 and cancelling upstream: while
+    it progresses, up to the caps (None: none); `stall_s` without progress; `idle_s` between a
+    stream's tokens."""
 
-    first_token_s: float
+    first_token_s: float | None
     idle_s: float
-    whole_answer_s: float
+    whole_answer_s: float | None
+    stall_s: float = 60.0
 
 
 def _upstream_down(backend: str, exc: BaseException) -> ApiError:
@@ -114,8 +120,9 @@ def _malformed(backend: str, line: bytes) -> ApiError:
 def _timed_out(backend: str, what: str) -> ApiError:
     return ApiError(
         504,
-        f"backend {backend!r} {what}; the request was cancelled. "
-        "Retry with fewer max_tokens or a shorter prompt, or raise the timeout in the config",
+        f"backend {backend!r} {what}; the request was cancelled. Retry; if it happens again, "
+        "GET /health shows the backend's state, and the config's stall_timeout_s (no "
+        "progress), idle_timeout_s (between tokens) and caps set how long the proxy waits",
         code="upstream_timeout",
     )
 
@@ -153,6 +160,8 @@ class UpstreamCall:
     reuse: bool = False
     # Makes tool calls the model wrote as text into calls; None: the answer passes as it is.
     repair: CallRepair | None = None
+    # Sees whether the server progresses, so a wait on it is cut on progress, not the clock.
+    watch: ProgressWatch | None = None
 
 
 async def relay(
@@ -165,8 +174,24 @@ async def relay(
 
     `measured` is the caller's, so what a stream measured survives its cancellation; only the
     relay writes it. Without a client `request` (the proxy's own requests), the answer is read
-    whole.
+    whole. Every wait on the backend goes on while it progresses (proxy.api.progress).
     """
+    start = time.monotonic()
+    try:
+        return await _relay(request, sessions, call, measured)
+    finally:
+        # The request's real duration, also when it failed before any answer came.
+        measured.duration_s = time.monotonic() - start
+        if call.repair is not None:
+            measured.repaired_calls = call.repair.repaired
+
+
+async def _relay(
+    request: web.Request | None,
+    sessions: UpstreamSessions,
+    call: UpstreamCall,
+    measured: Measurement,
+) -> web.StreamResponse:
     start = time.monotonic()
     backend, timeouts, wire = call.backend, call.timeouts, call.wire
     body = call.body
@@ -181,10 +206,12 @@ async def relay(
             "stream_options": {"include_usage": True},
             "timings_per_token": True,
         }
-    wait = timeouts.first_token_s if stream else timeouts.whole_answer_s
+    cap = timeouts.first_token_s if stream else timeouts.whole_answer_s
+    patience = Patience(call.watch, timeouts.stall_s, cap)
     try:
-        async with asyncio.timeout(wait):
-            upstream = await measured.waiting(sessions.post(call.url, body, call.reuse))
+        upstream = await measured.waiting(
+            _patiently(sessions.post(call.url, body, call.reuse), patience)
+        )
     except aiohttp.ConnectionTimeoutError as exc:
         # Before TimeoutError, which it is too: nothing was sent, so another backend may serve;
         # a server that accepts no connection in time is as down as one that refuses them.
@@ -195,8 +222,9 @@ async def relay(
             "overloaded, or raise connect_timeout_s in the config",
             code="backend_unreachable",
         ) from exc
-    except TimeoutError:
-        raise _timed_out(backend, f"sent nothing within {wait:g} s") from None
+    except _Cut as cut:
+        measured.status, measured.error = 504, f"sent nothing: {cut.why}"
+        raise _timed_out(backend, f"sent nothing and {cut.why}") from None
     except aiohttp.ClientConnectorError as exc:
         measured.connection_lost = True
         raise ApiError(
@@ -208,21 +236,17 @@ async def relay(
     response: web.StreamResponse
     try:
         measured.status = upstream.status
-        remaining = timeouts.whole_answer_s - (time.monotonic() - start)
         if assemble is not None and upstream.status == 200:
-            response = await _relay_assembled(call, upstream, measured, remaining, assemble)
+            response = await _relay_assembled(call, upstream, measured, patience, assemble)
         elif request is None or not stream or upstream.status != 200:
-            response = await _relay_whole(call, upstream, measured, remaining)
+            response = await _relay_whole(call, upstream, measured, patience)
         else:
-            response = await _relay_stream(request, call, upstream, measured, start)
+            response = await _relay_stream(request, call, upstream, measured, start, patience)
     except asyncio.CancelledError:
         if not measured.answered:
             measured.error = measured.error or CLIENT_GONE
         raise
     finally:
-        measured.duration_s = time.monotonic() - start
-        if call.repair is not None:
-            measured.repaired_calls = call.repair.repaired
         if measured.tally is not None:
             _drain(upstream, measured.tally)
         measured.settle()
@@ -230,6 +254,58 @@ async def relay(
         # tells llama-server to stop generating and free the slot.
         upstream.close()
     return response
+
+
+class _Cut(Exception):
+    """A wait on the backend given up: it made no progress, or reached its cap."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+async def _patiently(step: Awaitable[T], patience: Patience) -> T:
+    """The step's result, waited for while the backend progresses; _Cut when it stops."""
+    task = asyncio.ensure_future(step)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=patience.window())
+            if done:
+                return task.result()
+            why = await patience.cut()
+            if why is not None:
+                raise _Cut(why)
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+def _progresses(chunk: bytes) -> bool:
+    """Whether a chunk shows the backend progressing: anything but a `:` keep-alive comment,
+    which llama-server sends on a timer whether or not it gets anywhere."""
+    return not chunk.startswith(b":")
+
+
+async def _read(
+    upstream: aiohttp.ClientResponse,
+    patience: Patience,
+    progresses: Callable[[bytes], bool] = lambda chunk: True,
+) -> bytes:
+    """The next chunk of the answer, waited for while the backend progresses."""
+    while True:
+        try:
+            async with asyncio.timeout(patience.window()):
+                chunk = await upstream.content.readany()
+        except TimeoutError:
+            why = await patience.cut()
+            if why is not None:
+                raise _Cut(why) from None
+            continue
+        if progresses(chunk):
+            patience.heard()
+        return chunk
 
 
 def _keeps_alive(chunk: bytes) -> bool:
@@ -249,14 +325,13 @@ async def _relay_whole(
     call: UpstreamCall,
     upstream: aiohttp.ClientResponse,
     measured: Measurement,
-    remaining_s: float,
+    patience: Patience,
 ) -> web.Response:
-    backend, wire, limit_s = call.backend, call.wire, call.timeouts.whole_answer_s
+    backend, wire = call.backend, call.wire
     try:
-        async with asyncio.timeout(remaining_s):
-            raw = await measured.waiting(upstream.read())
-    except TimeoutError:
-        raise _timed_out(backend, f"did not finish within {limit_s:g} s") from None
+        raw = await measured.waiting(_patiently(upstream.read(), patience))
+    except _Cut as cut:
+        raise _timed_out(backend, cut.why) from None
     except aiohttp.ClientError as exc:
         measured.connection_lost = True
         raise _upstream_down(backend, exc) from exc
@@ -292,34 +367,31 @@ async def _relay_assembled(
     call: UpstreamCall,
     upstream: aiohttp.ClientResponse,
     measured: Measurement,
-    remaining_s: float,
+    patience: Patience,
     kind: AnswerKind,
 ) -> web.Response:
     """Read a stream to its end and answer it whole, as llama-server would have."""
-    backend, headers, limit_s = call.backend, call.headers, call.timeouts.whole_answer_s
+    backend, headers = call.backend, call.headers
     assembler = AnswerAssembler(kind)
     tally = measured.tally = StreamTally()
     lines = SseSplitter()
     try:
-        async with asyncio.timeout(remaining_s):
-            while chunk := await measured.waiting(upstream.content.readany()):
-                tally.scan(chunk)
-                for line in lines.feed(chunk):
-                    event = data_of(line)
-                    if event is None and line.startswith(b"data: {"):
-                        measured.status = 502
-                        raise _malformed(backend, line)
-                    if isinstance(event, dict) and "error" in event:
-                        # An error after the stream began: the whole answer is that error.
-                        measured.status = 500
-                        measured.error = from_upstream(event).message
-                        return web.json_response(
-                            {"error": event["error"]}, status=500, headers=headers
-                        )
-                    if isinstance(event, dict):
-                        assembler.feed(event)
-    except TimeoutError:
-        raise _timed_out(backend, f"did not finish within {limit_s:g} s") from None
+        while chunk := await measured.waiting(_read(upstream, patience)):
+            tally.scan(chunk)
+            for line in lines.feed(chunk):
+                event = data_of(line)
+                if event is None and line.startswith(b"data: {"):
+                    measured.status = 502
+                    raise _malformed(backend, line)
+                if isinstance(event, dict) and "error" in event:
+                    # An error after the stream began: the whole answer is that error.
+                    measured.status = 500
+                    measured.error = from_upstream(event).message
+                    return web.json_response({"error": event["error"]}, status=500, headers=headers)
+                if isinstance(event, dict):
+                    assembler.feed(event)
+    except _Cut as cut:
+        raise _timed_out(backend, cut.why) from None
     except aiohttp.ClientError as exc:
         measured.connection_lost = True
         raise _upstream_down(backend, exc) from exc
@@ -339,6 +411,7 @@ async def _relay_stream(
     upstream: aiohttp.ClientResponse,
     measured: Measurement,
     start: float,
+    patience: Patience,
 ) -> web.StreamResponse:
     response = web.StreamResponse(
         status=200,
@@ -356,7 +429,7 @@ async def _relay_stream(
     if call.repair is not None:
         rewriter = call.repair.stream(rewriter)
     try:
-        return await _pump(call, upstream, response, measured, start, rewriter)
+        return await _pump(call, upstream, response, measured, start, patience, rewriter)
     finally:
         measured.answered = rewriter.ended
 
@@ -367,24 +440,31 @@ async def _pump(
     response: web.StreamResponse,
     measured: Measurement,
     start: float,
+    patience: Patience,
     rewriter: StreamRewriter,
 ) -> web.StreamResponse:
-    """Relay the stream's chunks until it ends, fails, stalls or its client leaves."""
+    """Relay the stream's chunks until it ends, fails, stalls or its client leaves.
+
+    Before the first token the wait goes on while the backend progresses (its prompt steps);
+    a `:` keep-alive is no progress, since a stuck server still sends them. Between tokens,
+    idle_s is the limit."""
     backend, timeouts = call.backend, call.timeouts
     tally = measured.tally
     assert tally is not None
-    started = False  # whether anything (a keep-alive included) came yet
+    tokens = False  # whether a token (not a keep-alive, not prompt progress) came yet
     try:
         while True:
-            wait = timeouts.idle_s if started else timeouts.first_token_s
             try:
-                async with asyncio.timeout(wait):
-                    chunk = await measured.waiting(upstream.content.readany())
-            except TimeoutError:
+                if tokens:
+                    async with asyncio.timeout(timeouts.idle_s):
+                        chunk = await measured.waiting(upstream.content.readany())
+                else:
+                    chunk = await measured.waiting(_read(upstream, patience, _progresses))
+            except (TimeoutError, _Cut) as exc:
                 what = (
-                    f"stalled for {wait:g} s between tokens"
-                    if started
-                    else f"sent no token within {wait:g} s"
+                    f"sent no token and {exc.why}"
+                    if isinstance(exc, _Cut)
+                    else f"stalled for {timeouts.idle_s:g} s between tokens"
                 )
                 measured.status, measured.error = 504, what
                 await measured.waiting(response.write(rewriter.fail(_timed_out(backend, what))))
@@ -394,9 +474,9 @@ async def _pump(
                 if rest:
                     await measured.waiting(response.write(rest))
                 break
-            started = True
             # Pings and prompt progress come while the prompt is processed: not a token.
-            if measured.ttft_s is None and not _keeps_alive(chunk):
+            if not tokens and not _keeps_alive(chunk):
+                tokens = True
                 measured.ttft_s = time.monotonic() - start
             # Counted before it is written: a client that leaves now still leaves it generated.
             tally.scan(chunk)

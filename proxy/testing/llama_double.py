@@ -49,6 +49,9 @@ class Behaviour:
     n_ctx: int = 4096  # tokens one request may hold, as /props reports it
     cache_n: int = 0  # prompt tokens each answer says it found cached (of cache_n + 5)
     role_chunk: bool = False  # open chat streams with llama-server's role-only chunk
+    # What /slots says of a request at work: its prompt advancing at each look (a slow prompt),
+    # or standing still (a stuck server; /slots still answers).
+    progressing: bool = False
 
     def timings(self, n: int) -> dict[str, Any]:
         """llama.cpp's `timings` of an answer of n tokens."""
@@ -76,6 +79,7 @@ class LlamaServerDouble:
     received: list[dict[str, Any]] = field(default_factory=list)
     counted: list[dict[str, Any]] = field(default_factory=list)  # bodies whose tokens it counted
     processing: int = 0
+    looks: int = 0  # /slots calls while `progressing`: how far its prompts have come
     peak_processing: int = 0
     answered: int = 0  # requests it started answering, and the tokens of those answers
     generated: int = 0
@@ -131,7 +135,10 @@ class LlamaServerDouble:
 
     async def _slots(self, request: web.Request) -> web.Response:
         b = self.behaviour
-        return web.json_response(shapes.slots(self.held, b.n_ctx, bool(b.draft_n)))
+        if b.progressing:
+            self.looks += 1
+        slots = shapes.slots(self.held, b.n_ctx, bool(b.draft_n), processed=512 * self.looks)
+        return web.json_response(slots)
 
     async def _props(self, request: web.Request) -> web.Response:
         return web.json_response(shapes.props(self.behaviour.n_ctx))

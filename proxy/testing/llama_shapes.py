@@ -261,10 +261,21 @@ def props(n_ctx: int) -> dict[str, Any]:
     }
 
 
-def slots(busy: int, n_ctx: int, speculative: bool) -> list[dict[str, Any]]:
-    """One slot per request held (one when idle), the first `busy` of them processing."""
+def slots(busy: int, n_ctx: int, speculative: bool, processed: int = 0) -> list[dict[str, Any]]:
+    """One slot per request held (one when idle), the first `busy` of them processing, each
+    with `processed` prompt tokens done."""
     return [
-        {"id": i, "n_ctx": n_ctx, "is_processing": i < busy, "speculative": speculative}
+        {
+            "id": i,
+            "n_ctx": n_ctx,
+            "is_processing": i < busy,
+            "speculative": speculative,
+            **(
+                {"id_task": i, "n_prompt_tokens_processed": processed, "next_token": []}
+                if i < busy
+                else {}
+            ),
+        }
         for i in range(max(busy, 1))
     ]
 
