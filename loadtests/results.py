@@ -90,7 +90,9 @@ def render_text_calls(result: dict[str, Any]) -> str:
     ]
     calls = {m: sum(rows[(a, m)]["edit_call"] for a in agents if (a, m) in rows) for m in modes}
     summary = ", ".join(f"{m}: {calls[m]} of {len(agents)}" for m in modes)
+    unfinished = "" if result.get("complete", True) else " The run was stopped before its end."
     return (
-        "\n".join(lines) + f"\n\nAnswers that are a call of the agent's edit tool: {summary}. Run "
+        "\n".join(lines)
+        + f"\n\nAnswers that are a call of the agent's edit tool: {summary}.{unfinished} Run "
         f"{result['started']}, `{result['command']}`; result file `docs/results/text-calls.json`.\n"
     )

@@ -154,26 +154,36 @@ def main() -> int:
     parser.add_argument("--render", action="store_true", help="only render --out into the doc")
     args = parser.parse_args()
     if not args.render:
-        turns = [t for t in load_all() if t.tool is not None]
+        # The shortest prompts first; the result file is written after each turn, so a run
+        # stopped early still leaves what it measured (`complete` says whether it finished).
+        turns = sorted(
+            (t for t in load_all() if t.tool is not None), key=lambda t: len(json.dumps(t.body))
+        )
         root = Path(tempfile.mkdtemp(prefix="text-calls-"))
         (root / "config.yaml").write_text(config())
         started = datetime.now(UTC)
-        rows = []
+        rows: list[dict[str, Any]] = []
+
+        def write(complete: bool) -> None:
+            result = {
+                "what": "captured edit turns with tools, Qwen2.5-Coder-1.5B, four ways",
+                "command": "scripts/text_calls_benchmark.py " + " ".join(sys.argv[1:]),
+                "started": started.isoformat(timespec="seconds"),
+                "complete": complete,
+                "modes": list(MODES),
+                "rows": rows,
+            }
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(result, indent=2) + "\n")
+
         with running_proxy(
             root / "config.yaml", root / "proxy.log", 900, SPECPROXY_CALIBRATION_REQUESTS="0"
         ) as proxy:
             for turn in turns:
                 for backend in SENT:
                     rows += one(proxy.url, turn, backend, args.max_tokens)
-        result = {
-            "what": "captured edit turns with tools, Qwen2.5-Coder-1.5B, four ways",
-            "command": "scripts/text_calls_benchmark.py " + " ".join(sys.argv[1:]),
-            "started": started.isoformat(timespec="seconds"),
-            "modes": list(MODES),
-            "rows": rows,
-        }
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+                write(complete=False)
+        write(complete=True)
         log(f"wrote {args.out}")
     result = json.loads(args.out.read_text())
     DOC.write_text(replace_section(DOC.read_text(), "text-calls", render_text_calls(result)))
