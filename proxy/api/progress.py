@@ -131,6 +131,12 @@ class Patience:
             ends.append(self._deadline)
         return max(min(ends) - time.monotonic(), 0.0)
 
+    def _look_s(self, longest: float) -> float:
+        """How long a look may take: at most `longest`, and never past the cap."""
+        if self._deadline is None:
+            return longest
+        return max(min(longest, self._deadline - time.monotonic()), 0.01)
+
     async def cut(self) -> str | None:
         """Why the wait ends now, or None to wait another window."""
         now = time.monotonic()
@@ -138,10 +144,15 @@ class Patience:
             return f"did not finish within {self.cap_s:g} s"
         watch = self._watch
         if watch is not None and not watch.has_baseline and now >= self._baseline_at:
-            await watch.baseline(self.stall_s / 2)
+            # A server that does not answer must not hold the wait past its cap.
+            await watch.baseline(
+                self._look_s(min(self.stall_s / 2, max(self._check_at - now, 0.01)))
+            )
         if now < self._check_at:
             return None
-        if watch is not None and await watch.advanced(self.stall_s):
+        # A healthy server answers /slots at once, also mid-step: one that does not within a
+        # quarter window (10 s at most) is stuck, so a frozen one is cut about a window in.
+        if watch is not None and await watch.advanced(self._look_s(min(self.stall_s / 4, 10.0))):
             if not watch.blind or time.monotonic() - self._start < BLIND_LIMIT_S:
                 self._check_at = time.monotonic() + self.stall_s
                 return None
