@@ -19,6 +19,7 @@ __all__ = [
     "RunningProxy",
     "calibration",
     "openai_client",
+    "proxy_on",
     "running_proxy",
     "start_proxy",
     "wait_calibrated",
@@ -32,6 +33,17 @@ def running_proxy(
     """proxy.testing.running_proxy.running_proxy, its ceiling on start-up stretched by
     patience() on a slow day."""
     with started.running_proxy(config, log_path, patience(ready_timeout), **kw) as running:
+        yield running
+
+
+@contextmanager
+def proxy_on(config: str, workdir: Path) -> Iterator[RunningProxy]:
+    """A proxy on a config given as YAML text, written into `workdir`, with no start-up
+    calibration (the test sees its own requests alone)."""
+    (workdir / "config.yaml").write_text(config)
+    with running_proxy(
+        workdir / "config.yaml", workdir / "proxy.log", SPECPROXY_CALIBRATION_REQUESTS="0"
+    ) as running:
         yield running
 
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.messages import openai_messages
-from tests.subprocess_proxy import RunningProxy, openai_client, running_proxy
+from tests.subprocess_proxy import RunningProxy, openai_client, proxy_on
 
 BUDGET = 24
 CONFIG = f"""
@@ -23,11 +23,7 @@ STORY = "Write a very long story about a dragon who learns to write Python, chap
 @pytest.fixture(scope="module")
 def budgeted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProxy]:
     """SmolLM2-135M behind a proxy whose default answer budget is small."""
-    workdir = tmp_path_factory.mktemp("budget")
-    (workdir / "config.yaml").write_text(CONFIG)
-    with running_proxy(
-        workdir / "config.yaml", workdir / "proxy.log", SPECPROXY_CALIBRATION_REQUESTS="0"
-    ) as running:
+    with proxy_on(CONFIG, tmp_path_factory.mktemp("budget")) as running:
         yield running
 
 

@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from tests.helpers import get_json, wait_for, wait_until
-from tests.subprocess_proxy import RunningProxy, running_proxy
+from tests.subprocess_proxy import RunningProxy, proxy_on
 
 STALL_S = 2.0
 CONFIG = f"""
@@ -31,12 +31,8 @@ LONG = " ".join(f"item{i} costs {i % 97} coins;" for i in range(500))
 
 @pytest.fixture(scope="module")
 def slow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProxy]:
-    """SmolLM2-135M on one thread behind a proxy whose stall window is one second."""
-    workdir = tmp_path_factory.mktemp("progress")
-    (workdir / "config.yaml").write_text(CONFIG)
-    with running_proxy(
-        workdir / "config.yaml", workdir / "proxy.log", SPECPROXY_CALIBRATION_REQUESTS="0"
-    ) as running:
+    """SmolLM2-135M on one thread behind a proxy whose stall window is STALL_S."""
+    with proxy_on(CONFIG, tmp_path_factory.mktemp("progress")) as running:
         yield running
 
 

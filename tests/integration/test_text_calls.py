@@ -19,7 +19,7 @@ import openai
 import pytest
 
 from tests.proxy_metrics import scrape
-from tests.subprocess_proxy import RunningProxy, openai_client, running_proxy
+from tests.subprocess_proxy import RunningProxy, openai_client, proxy_on
 
 CONFIG = """
 backends:
@@ -57,12 +57,7 @@ SURFACES = ("chat", "messages", "responses")
 @pytest.fixture(scope="module")
 def coder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProxy]:
     """Qwen2.5-Coder-0.5B, repaired (`coder`) and as written (`as-written`), one engine."""
-    workdir = tmp_path_factory.mktemp("text-calls")
-    config = workdir / "coder.yaml"
-    config.write_text(CONFIG)
-    with running_proxy(
-        config, workdir / "proxy.log", SPECPROXY_CALIBRATION_REQUESTS="0"
-    ) as running:
+    with proxy_on(CONFIG, tmp_path_factory.mktemp("text-calls")) as running:
         yield running
 
 
